@@ -1,0 +1,28 @@
+"""FundamentaLLM: the reference components of an executable course on transformer language models.
+
+Each module holds one idea; the book builds each piece from scratch and proves it equal to these.
+"""
+
+from .attention import KVCache, MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
+from .config import TransformerConfig
+from .feedforward import FeedForward
+from .model import Transformer, TransformerBlock, TransformerClassifier
+from .norms import LayerNorm, RMSNorm
+from .positions import (
+    LearnedPositionalEncoding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    create_positional_encoding,
+)
+from .registry import ModelRegistry
+from .utils import get_device, set_seed
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FeedForward", "KVCache", "LayerNorm", "LearnedPositionalEncoding", "ModelRegistry",
+    "MultiHeadAttention", "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding",
+    "Transformer", "TransformerBlock", "TransformerClassifier", "TransformerConfig",
+    "causal_mask", "create_positional_encoding", "get_device", "padding_mask",
+    "scaled_dot_product_attention", "set_seed",
+]

@@ -1,0 +1,224 @@
+"""The transformer: a block, a decoder-only language model (GPT-2 style, Radford et al. 2019),
+and an encoder classifier (BERT style, Devlin et al. 2019).
+
+Read bottom-up: ``TransformerBlock`` (attention + feed-forward, each with a residual connection
+and a norm), then ``Transformer`` (embeddings -> blocks -> norm -> tied output projection).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import KVCache, MultiHeadAttention, padding_mask
+from .config import TransformerConfig
+from .feedforward import FeedForward
+from .norms import make_norm
+from .positions import RotaryEmbedding, create_positional_encoding
+from .registry import ModelRegistry
+
+POOLINGS = ("first", "mean")
+
+
+class TransformerBlock(nn.Module):
+    """One layer. Input/output ``(B, T, d_model)``.
+
+    pre-LN  (GPT-2 and later): ``x = x + attn(norm1(x))``; ``x = x + ff(norm2(x))``
+    post-LN (Vaswani et al.):  ``x = norm1(x + attn(x))``; ``x = norm2(x + ff(x))``
+    """
+
+    def __init__(self, config: TransformerConfig, rope: Optional[RotaryEmbedding] = None) -> None:
+        super().__init__()
+        c = config
+        self.norm_position = c.norm_position
+        self.norm1 = make_norm(c.norm, c.d_model, eps=c.norm_eps, bias=c.bias)
+        self.attn = MultiHeadAttention(c.d_model, c.num_heads, dropout=c.dropout, bias=c.bias,
+                                       causal=c.causal, rope=rope, use_sdpa=c.attn_impl == "sdpa")
+        self.norm2 = make_norm(c.norm, c.d_model, eps=c.norm_eps, bias=c.bias)
+        self.ff = FeedForward(c.d_model, c.ff_dim, activation=c.activation, dropout=c.dropout, bias=c.bias)
+        self.resid_dropout = nn.Dropout(c.dropout)
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                kv_cache: Optional[KVCache] = None, return_weights: bool = False):
+        pre = self.norm_position == "pre"
+        out = self.attn(self.norm1(x) if pre else x, mask=mask, kv_cache=kv_cache, return_weights=return_weights)
+        a, w = out if return_weights else (out, None)
+        if pre:
+            x = x + self.resid_dropout(a)
+            x = x + self.ff(self.norm2(x))
+        else:
+            x = self.norm1(x + self.resid_dropout(a))
+            x = self.norm2(x + self.ff(x))
+        return (x, w) if return_weights else x
+
+
+class _Backbone(nn.Module):
+    """Embeddings, positions and blocks shared by the decoder and the encoder."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        c = self.config = config
+        self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.pos_encoding = None
+        self.rope = None
+        if c.pos_encoding == "rope":
+            self.rope = RotaryEmbedding(c.head_dim, c.max_seq_len, base=c.rope_base)
+        else:
+            self.pos_encoding = create_positional_encoding(c.pos_encoding, c.d_model, c.max_seq_len)
+        self.dropout = nn.Dropout(c.dropout)
+        self.blocks = nn.ModuleList(TransformerBlock(c, rope=self.rope) for _ in range(c.num_layers))
+        # Post-LN blocks already end with a norm; pre-LN needs one after the last residual add.
+        self.norm_f = make_norm(c.norm, c.d_model, eps=c.norm_eps, bias=c.bias) \
+            if c.norm_position == "pre" else nn.Identity()
+
+    def _init_weights(self) -> None:
+        """GPT-2 initialisation: N(0, 0.02) weights, zero biases, and the projections that write
+        into the residual stream scaled by 1/sqrt(2·num_layers) -- each layer adds two such
+        terms, so the residual's variance stays O(1) with depth (Radford et al. 2019)."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        resid_std = 0.02 / math.sqrt(2 * self.config.num_layers)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=resid_std)
+            nn.init.normal_(block.ff.down.weight, mean=0.0, std=resid_std)
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        """Parameter count; a tied matrix is counted once (``parameters()`` yields it once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def _check_ids(self, input_ids: torch.Tensor, start_pos: int) -> None:
+        if not isinstance(input_ids, torch.Tensor):
+            raise TypeError(f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}")
+        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape (B, T), got {tuple(input_ids.shape)}")
+        T = input_ids.shape[1]
+        if T == 0:
+            raise ValueError("input_ids is empty (T=0)")
+        if start_pos + T > self.config.max_seq_len:
+            raise ValueError(f"sequence length {start_pos + T} exceeds max_seq_len={self.config.max_seq_len}")
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= self.config.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+
+    def hidden_states(self, input_ids: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                      kv_cache: Optional[list[KVCache]] = None, return_attention: bool = False):
+        """(B, T) ids -> (B, T, d_model) final hidden states (and per-layer weights on request)."""
+        start = kv_cache[0].length if kv_cache else 0
+        self._check_ids(input_ids, start)
+        if kv_cache is not None and len(kv_cache) != len(self.blocks):
+            raise ValueError(f"kv_cache has {len(kv_cache)} layers, the model has {len(self.blocks)}")
+        x = self.token_embedding(input_ids.long())  # (B, T, C)
+        if self.pos_encoding is not None:
+            x = self.pos_encoding(x, start)
+        x = self.dropout(x)
+        attentions = []
+        for i, block in enumerate(self.blocks):
+            cache = kv_cache[i] if kv_cache is not None else None
+            if return_attention:
+                x, w = block(x, mask=mask, kv_cache=cache, return_weights=True)
+                attentions.append(w)
+            else:
+                x = block(x, mask=mask, kv_cache=cache)
+        x = self.norm_f(x)
+        return (x, attentions) if return_attention else x
+
+
+@ModelRegistry.register("transformer")
+class Transformer(_Backbone):
+    """Decoder-only language model. ``forward(input_ids (B, T), targets (B, T) or None)`` returns
+    ``(logits (B, T, vocab_size), loss or None)``; with ``return_attention=True`` also a list of
+    per-layer attention weights ``(B, H, T, T_k)``. Targets equal to -100 are ignored in the loss.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self._init_weights()
+        if config.tie_weights:
+            # The input embedding maps ids to vectors; the output layer scores vectors against
+            # every id. Sharing the matrix saves vocab_size·d_model parameters (Press & Wolf 2017).
+            self.lm_head.weight = self.token_embedding.weight
+
+    def forward(self, input_ids: torch.Tensor, targets: Optional[torch.Tensor] = None,
+                kv_cache: Optional[list[KVCache]] = None, attention_mask: Optional[torch.Tensor] = None,
+                return_attention: bool = False):
+        mask = padding_mask(attention_mask) if attention_mask is not None else None
+        out = self.hidden_states(input_ids, mask=mask, kv_cache=kv_cache, return_attention=return_attention)
+        h, attentions = out if return_attention else (out, None)
+        logits = self.lm_head(h)  # (B, T, V)
+        loss = None
+        if targets is not None:
+            if targets.shape != input_ids.shape:
+                raise ValueError(f"targets must have the shape of input_ids {tuple(input_ids.shape)}, "
+                                 f"got {tuple(targets.shape)}")
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten().long(), ignore_index=-100)
+        return (logits, loss, attentions) if return_attention else (logits, loss)
+
+    def make_kv_cache(self, batch_size: int, device: Optional[torch.device] = None,
+                      dtype: Optional[torch.dtype] = None) -> list[KVCache]:
+        """One empty :class:`KVCache` per layer, sized for ``max_seq_len`` positions."""
+        ref = self.lm_head.weight
+        c = self.config
+        return [KVCache(batch_size, c.num_heads, c.head_dim, c.max_seq_len,
+                        device=device or ref.device, dtype=dtype or ref.dtype) for _ in self.blocks]
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
+        """Autoregressive sampling; see :func:`fundamentallm.generation.generate`."""
+        from .generation import generate
+
+        return generate(self, input_ids, max_new_tokens, **kwargs)
+
+
+@ModelRegistry.register("classifier")
+class TransformerClassifier(_Backbone):
+    """Bidirectional encoder + pooling + linear head.
+
+    ``forward(input_ids (B, T), targets (B,) or None, attention_mask (B, T) or None)`` returns
+    ``(logits (B, num_classes), loss or None)``. ``pooling="first"`` uses the first token's
+    vector (BERT's [CLS]); ``"mean"`` averages the non-padding tokens. The config's ``causal``
+    must be False: an encoder lets every token see every other.
+    """
+
+    def __init__(self, config: TransformerConfig, num_classes: int, pooling: str = "first") -> None:
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        if config.causal:
+            raise ValueError("TransformerClassifier is a bidirectional encoder: build it with causal=False")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling={pooling!r} is not supported; allowed values: 'first', 'mean'")
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"num_classes={num_classes!r} must be an integer >= 2")
+        super().__init__(config)
+        self.pooling, self.num_classes = pooling, num_classes
+        self.head = nn.Linear(config.d_model, num_classes)
+        self._init_weights()
+
+    def forward(self, input_ids: torch.Tensor, targets: Optional[torch.Tensor] = None,
+                attention_mask: Optional[torch.Tensor] = None, return_attention: bool = False):
+        mask = padding_mask(attention_mask) if attention_mask is not None else None
+        out = self.hidden_states(input_ids, mask=mask, return_attention=return_attention)
+        h, attentions = out if return_attention else (out, None)  # (B, T, C)
+        if self.pooling == "first":
+            pooled = h[:, 0]
+        else:
+            keep = (attention_mask.to(h.dtype) if attention_mask is not None
+                    else torch.ones(h.shape[:2], dtype=h.dtype, device=h.device)).unsqueeze(-1)  # (B, T, 1)
+            pooled = (h * keep).sum(1) / keep.sum(1).clamp(min=1)
+        logits = self.head(pooled)  # (B, num_classes)
+        loss = F.cross_entropy(logits, targets.long()) if targets is not None else None
+        return (logits, loss, attentions) if return_attention else (logits, loss)

@@ -1,0 +1,95 @@
+"""Plotting helpers the book uses. Each returns the matplotlib ``Figure`` (or draws on ``ax``)
+and never calls ``plt.show()``, so notebooks decide how to display."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+
+def is_static() -> bool:
+    """True when building the static book (``FUNDAMENTALLM_STATIC=1``): interactive widgets are
+    replaced by static figures there, since widgets are dead in HTML."""
+    return os.environ.get("FUNDAMENTALLM_STATIC", "") not in ("", "0")
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().float().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def plot_attention(weights, tokens: Optional[Sequence[str]] = None, ax=None, title: Optional[str] = None,
+                   annotate: bool = False, cmap: str = "viridis"):
+    """Heatmap of one ``(T_q, T_k)`` attention matrix: rows are queries, columns keys."""
+    w = _np(weights)
+    if w.ndim != 2:
+        raise ValueError(f"weights must be (T_q, T_k), got shape {w.shape}")
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(0.45 * w.shape[1] + 2, 0.45 * w.shape[0] + 1.5))
+    im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=max(1e-9, float(w.max())))
+    if tokens is not None:
+        ax.set_xticks(range(len(tokens)), labels=list(tokens), rotation=90)
+        ax.set_yticks(range(len(tokens)), labels=list(tokens))
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    if annotate:
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if w[i, j] < 0.6 * w.max() else "black")
+    if title:
+        ax.set_title(title)
+    if fig is not None:
+        fig.colorbar(im, ax=ax, fraction=0.046)
+        fig.tight_layout()
+    return fig if fig is not None else ax.figure
+
+
+def plot_attention_heads(weights, tokens: Optional[Sequence[str]] = None, title: Optional[str] = None,
+                         max_cols: int = 4):
+    """Grid of heatmaps, one per head, for ``(H, T_q, T_k)`` weights."""
+    w = _np(weights)
+    if w.ndim != 3:
+        raise ValueError(f"weights must be (H, T_q, T_k), got shape {w.shape}")
+    H = w.shape[0]
+    cols = min(H, max_cols)
+    rows = (H + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 3.0 * rows), squeeze=False)
+    for h, ax in enumerate(axes.flat):
+        if h < H:
+            plot_attention(w[h], tokens=tokens, ax=ax, title=f"head {h}")
+        else:
+            ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_loss_curves(history: dict, keys: Sequence[str] = ("train_loss", "val_loss"), ax=None,
+                     x_key: str = "step", title: Optional[str] = None, logy: bool = False):
+    """Line plot of ``history[key]`` against ``history[x_key]`` (or index) for each key present.
+    For keys logged at different steps, ``history[key + "_step"]`` gives their x values."""
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+    for key in keys:
+        if key not in history or len(history[key]) == 0:
+            continue
+        y = _np(history[key])
+        x = history.get(f"{key}_step", history.get(x_key, range(len(y))))
+        x = _np(x)[: len(y)] if len(_np(x)) >= len(y) else np.arange(len(y))
+        ax.plot(x, y, label=key)
+    ax.set_xlabel(x_key)
+    ax.set_ylabel("loss")
+    if logy:
+        ax.set_yscale("log")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title)
+    return fig if fig is not None else ax.figure
