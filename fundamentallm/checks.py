@@ -95,3 +95,29 @@ def check_shape(x: Any, expected: tuple, what: str = "output") -> None:
 # ----------------------------------------------------------------------------------------------
 # Chapter checks. Each section belongs to one chapter; keep them in chapter order.
 # ----------------------------------------------------------------------------------------------
+
+# --- Chapter 01: why attention ------------------------------------------------
+
+# --- Chapter 02: attention by hand --------------------------------------------
+
+# --- Chapter 03: multi-head attention -----------------------------------------
+
+# --- Chapter 04: tokens to vectors (positions) --------------------------------
+
+# --- Chapter 05: normalization and residuals ----------------------------------
+
+# --- Chapter 06: pre-LN vs post-LN --------------------------------------------
+
+# --- Chapter 07: the full model -----------------------------------------------
+
+# --- Chapter 08: tokens and data ----------------------------------------------
+
+# --- Chapter 09: training -----------------------------------------------------
+
+# --- Chapter 10: sampling -----------------------------------------------------
+
+# --- Chapter 11: backprop by hand ---------------------------------------------
+
+# --- Chapter 12: capstone, digit operations -----------------------------------
+
+# --- Chapter 13: debugging transformers ---------------------------------------
