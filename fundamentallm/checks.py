@@ -93,12 +93,348 @@ def check_shape(x: Any, expected: tuple, what: str = "output") -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# Gradient checking (chapter 11 derives it; any chapter may use it).
+# ----------------------------------------------------------------------------------------------
+
+def _float64_copy(x: Any) -> Any:
+    """A float64 copy of a NumPy array or torch tensor (a torch tensor is detached)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(torch.float64).clone()
+    if isinstance(x, (np.ndarray, np.generic, float, int, list, tuple)):
+        return np.array(x, dtype=np.float64)
+    raise TypeError(f"gradient checking needs NumPy arrays or torch tensors, got {type(x).__name__}")
+
+
+def _scalar(value: Any, what: str = "f") -> float:
+    """``f``'s output as a Python float; it must be a scalar (one element)."""
+    arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if arr.size != 1:
+        raise ValueError(f"{what} must return a scalar, got an output of shape {arr.shape}; "
+                         f"check a scalar such as (f(x) * g).sum() for a fixed random g instead")
+    return float(arr.reshape(()))
+
+
+def numerical_gradient(f: Callable[[Any], Any], x: Any, eps: float = 1e-6) -> Any:
+    """Central-difference gradient of a scalar function, in float64.
+
+    ``df/dx[i] ≈ (f(x + eps·e_i) - f(x - eps·e_i)) / (2·eps)`` for every element ``i`` of ``x``.
+    The truncation error is O(eps²) and the rounding error O(1e-16 / eps): ``eps=1e-6`` in float64
+    is accurate to about 1e-9 relative. ``x`` is a NumPy array or a torch tensor; ``f`` is called
+    with a float64 copy of the same kind (``x`` itself is never modified) and must return a scalar.
+    Returns the gradient with the shape and kind of ``x``, in float64.
+
+    Example: ``numerical_gradient(lambda v: (v ** 2).sum(), np.array([1.0, -2.0]))`` is about
+    ``array([ 2., -4.])``. It costs two calls of ``f`` per element: use small inputs.
+    """
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+        raise ValueError(f"eps={eps!r} must be a positive float (1e-6 suits float64)")
+    x = _float64_copy(x)
+    is_torch = isinstance(x, torch.Tensor)
+    grad = torch.zeros_like(x) if is_torch else np.zeros_like(x)
+    flat_x, flat_g = x.reshape(-1), grad.reshape(-1)  # views: writing to them writes to x, grad
+    with torch.no_grad():
+        for i in range(flat_x.shape[0]):
+            old = float(flat_x[i])
+            flat_x[i] = old + eps
+            f_plus = _scalar(f(x))
+            flat_x[i] = old - eps
+            f_minus = _scalar(f(x))
+            flat_x[i] = old
+            flat_g[i] = (f_plus - f_minus) / (2 * eps)
+    return grad
+
+
+def _relative_error(analytic: np.ndarray, numeric: np.ndarray) -> float:
+    """``‖a - n‖ / max(‖a‖ + ‖n‖, 1e-30)``: 0 when equal, 1 when opposite, scale-free."""
+    diff = np.linalg.norm((analytic - numeric).ravel())
+    scale = np.linalg.norm(analytic.ravel()) + np.linalg.norm(numeric.ravel())
+    return float(diff / max(scale, 1e-30))
+
+
+def gradient_check(f: Callable[..., Any], inputs: Any, eps: float = 1e-6, *, grads: Any = None,
+                   return_all: bool = False) -> Any:
+    """Compare analytic gradients with central differences; return the max relative error.
+
+    ``f(*inputs)`` must return a scalar. ``inputs`` is one array/tensor or a list/tuple of them
+    (NumPy arrays or torch tensors). Everything is done in float64 on copies of the inputs.
+
+    * ``grads=None``: the analytic gradients come from PyTorch autograd, so ``f`` must be written
+      with torch operations (it receives float64 tensors with ``requires_grad=True``).
+    * ``grads=[dx1, dx2, ...]`` (one per input; a single array for a single input): the gradients
+      your own backward pass computed, e.g. in NumPy -- ``f`` may then be any NumPy function.
+
+    For each input the error is ``‖analytic - numerical‖ / (‖analytic‖ + ‖numerical‖)`` (norms
+    over all elements, so tiny entries do not blow it up). Correct float64 gradients give about
+    1e-8 or less; a wrong formula gives 1e-2 to 1. Returns the largest error over the inputs, or
+    with ``return_all=True`` the list of per-input errors.
+
+    Example::
+
+        x, W = np.random.randn(4, 3), np.random.randn(2, 3)
+        f = lambda x, W: (x @ W.T).sum()
+        gradient_check(f, [x, W], grads=[np.ones((4, 2)) @ W, np.ones((4, 2)).T @ x])  # ~1e-10
+
+    To check a function with a non-scalar output ``y = g(x)`` and your backward ``dx = g_backward(x, dy)``,
+    check the scalar ``(g(x) * dy).sum()`` with ``grads=[g_backward(x, dy)]`` for a fixed random ``dy``.
+    """
+    single = not isinstance(inputs, (list, tuple))
+    xs = [_float64_copy(x) for x in ([inputs] if single else inputs)]
+    if not xs:
+        raise ValueError("inputs is empty: pass at least one array or tensor")
+    if grads is None:
+        xs = [torch.as_tensor(x, dtype=torch.float64) for x in xs]  # f is a torch function
+        leaves = [x.clone().requires_grad_(True) for x in xs]
+        out = f(*leaves)
+        if not isinstance(out, torch.Tensor) or not out.requires_grad:
+            raise TypeError("with grads=None, f must compute its output with torch operations (autograd "
+                            "finds the analytic gradient); for a NumPy function pass grads=[...] from "
+                            "your own backward pass")
+        _scalar(out)
+        analytic = list(torch.autograd.grad(out, leaves, allow_unused=True))
+        analytic = [np.zeros(tuple(x.shape)) if g is None else g.detach().cpu().numpy()
+                    for g, x in zip(analytic, xs)]
+    else:
+        analytic = [grads] if single else list(grads)
+        if len(analytic) != len(xs):
+            raise ValueError(f"grads has {len(analytic)} entries but there are {len(xs)} inputs")
+        analytic = [np.asarray(_float64_copy(g).cpu().numpy() if isinstance(g, torch.Tensor) else _float64_copy(g))
+                    for g in analytic]
+    errors = []
+    for i, (x, g) in enumerate(zip(xs, analytic)):
+        if tuple(g.shape) != tuple(x.shape):
+            raise ValueError(f"grads[{i}] has shape {tuple(g.shape)} but input {i} has shape {tuple(x.shape)}")
+
+        def f_i(xi, i=i):
+            return f(*xs[:i], xi, *xs[i + 1:])
+
+        num = numerical_gradient(f_i, x, eps)
+        num = num.cpu().numpy() if isinstance(num, torch.Tensor) else num
+        errors.append(_relative_error(g, num))
+    return errors if return_all else max(errors)
+
+
+# ----------------------------------------------------------------------------------------------
 # Chapter checks. Each section belongs to one chapter; keep them in chapter order.
 # ----------------------------------------------------------------------------------------------
 
 # --- Chapter 01: why attention ------------------------------------------------
 
+def _rnn_params(d_in: int, d_h: int, seed: int, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    W_x = torch.randn(d_h, d_in, generator=g, dtype=dtype) / d_in ** 0.5
+    W_h = torch.randn(d_h, d_h, generator=g, dtype=dtype) / d_h ** 0.5
+    b = torch.randn(d_h, generator=g, dtype=dtype) * 0.1
+    return W_x, W_h, b
+
+
+def _reference_rnn(W_x, W_h, b) -> torch.nn.RNN:
+    """``torch.nn.RNN`` (tanh, batch_first) holding the given weights; its second bias is zero."""
+    d_h, d_in = W_x.shape
+    rnn = torch.nn.RNN(d_in, d_h, batch_first=True).to(W_x.dtype)
+    with torch.no_grad():
+        rnn.weight_ih_l0.copy_(W_x)
+        rnn.weight_hh_l0.copy_(W_h)
+        rnn.bias_ih_l0.copy_(b)
+        rnn.bias_hh_l0.zero_()
+    return rnn
+
+
+@exercise_check
+def check_rnn_step(rnn_step: Callable) -> str:
+    """``rnn_step(x_t, h_prev, W_x, W_h, b)`` -> ``tanh(x_t W_xᵀ + h_prev W_hᵀ + b)``, shape (B, d_h)."""
+    cases = [(3, 4, 5, 0, 1.0), (1, 2, 2, 1, 1.0), (4, 6, 3, 2, 5.0)]  # (B, d_in, d_h, seed, scale)
+    for B, d_in, d_h, seed, scale in cases:
+        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
+        g = torch.Generator().manual_seed(100 + seed)
+        x_t = torch.randn(B, d_in, generator=g, dtype=torch.float64) * scale  # (B, d_in)
+        h_prev = torch.randn(B, d_h, generator=g, dtype=torch.float64)  # (B, d_h)
+        with torch.no_grad():
+            _, h_ref = _reference_rnn(W_x, W_h, b)(x_t[:, None, :], h_prev[None])  # (1, B, d_h)
+        h = rnn_step(x_t.clone(), h_prev.clone(), W_x.clone(), W_h.clone(), b.clone())
+        check_shape(h, (B, d_h), what=f"h_t for B={B}, d_in={d_in}, d_h={d_h}")
+        assert_same(h, h_ref[0], what=f"h_t for B={B}, d_in={d_in}, d_h={d_h} (vs torch.nn.RNN)")
+    return f"matches torch.nn.RNN on {len(cases)} cases"
+
+
+@exercise_check
+def check_unroll_rnn(unroll_rnn: Callable) -> str:
+    """``unroll_rnn(xs, h0, W_x, W_h, b)`` -> all hidden states ``h_1..h_T``, shape (B, T, d_h)."""
+    cases = [(2, 7, 3, 4, 0), (1, 1, 2, 2, 1), (3, 12, 5, 3, 2)]  # (B, T, d_in, d_h, seed)
+    for B, T, d_in, d_h, seed in cases:
+        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
+        g = torch.Generator().manual_seed(200 + seed)
+        xs = torch.randn(B, T, d_in, generator=g, dtype=torch.float64)  # (B, T, d_in)
+        h0 = torch.randn(B, d_h, generator=g, dtype=torch.float64)  # (B, d_h)
+        with torch.no_grad():
+            hs_ref, _ = _reference_rnn(W_x, W_h, b)(xs, h0[None])  # (B, T, d_h)
+        hs = unroll_rnn(xs.clone(), h0.clone(), W_x.clone(), W_h.clone(), b.clone())
+        what = f"hidden states for B={B}, T={T}, d_in={d_in}, d_h={d_h}"
+        check_shape(hs, (B, T, d_h), what=what + " (return h_1..h_T stacked on dim 1)")
+        if T > 1 and torch.allclose(torch.as_tensor(hs)[:, 0].double(), h0):
+            raise CheckFailed(f"{what}: hs[:, 0] equals h0 -- return h_1..h_T, not h_0..h_(T-1)")
+        assert_same(hs, hs_ref, what=what + " (vs torch.nn.RNN)")
+    return f"matches torch.nn.RNN on {len(cases)} sequences"
+
+
+def _spectral_radius_np(W: torch.Tensor) -> float:
+    return float(np.abs(np.linalg.eigvals(W.detach().double().numpy())).max())
+
+
+@exercise_check
+def check_scale_to_spectral_radius(scale_to_spectral_radius: Callable) -> str:
+    """``scale_to_spectral_radius(W, rho)`` -> ``c * W`` (c > 0) whose largest |eigenvalue| is rho."""
+    cases = [(4, 0.9, 0), (6, 1.1, 1), (3, 0.5, 2), (8, 1.0, 3)]  # (d, rho, seed)
+    for d, rho, seed in cases:
+        g = torch.Generator().manual_seed(300 + seed)
+        W = torch.randn(d, d, generator=g, dtype=torch.float64)  # not symmetric: |eig| != singular value
+        W_in = W.clone()
+        W_scaled = scale_to_spectral_radius(W_in, rho)
+        if not torch.equal(W_in, W):
+            raise CheckFailed("you modified the input matrix W in place; return a new tensor instead")
+        check_shape(W_scaled, (d, d), what=f"scaled W for d={d}")
+        W_scaled = torch.as_tensor(W_scaled).detach().double()
+        got = _spectral_radius_np(W_scaled)
+        if abs(got - rho) > 1e-6 * max(1.0, rho):
+            raise CheckFailed(
+                f"for d={d}, rho={rho}: the result's spectral radius (largest |eigenvalue|) is "
+                f"{got:.6g}, expected {rho} -- divide by the spectral radius, not by a norm")
+        expected = W * (rho / _spectral_radius_np(W))
+        assert_same(W_scaled, expected, what=f"scaled W for d={d}, rho={rho} (must be c * W, c > 0)")
+    return f"spectral radius hits the target on {len(cases)} matrices"
+
+
+@exercise_check
+def check_gradient_norm_through_time(gradient_norm_through_time: Callable) -> str:
+    """``gradient_norm_through_time(W_h, num_steps)`` -> ``‖∂h_{t+k}/∂h_t‖₂`` for k = 0..num_steps
+    in the linear RNN ``h_t = W_h h_{t-1} + W_x x_t + b``; compared with autograd Jacobians."""
+    cases = [(4, 0.9, 6, 0), (5, 1.1, 8, 1), (3, 1.0, 0, 2)]  # (d, rho, num_steps, seed)
+    for d, rho, num_steps, seed in cases:
+        g = torch.Generator().manual_seed(400 + seed)
+        W = torch.randn(d, d, generator=g, dtype=torch.float64)
+        W_h = W * (rho / _spectral_radius_np(W))  # non-normal: ‖W^k‖ differs from rho^k
+        x = torch.randn(d, generator=g, dtype=torch.float64)  # constant input term W_x x_t + b
+
+        def run_k(h, k, W_h=W_h, x=x):  # k steps of the recurrence, from h
+            for _ in range(k):
+                h = W_h @ h + x
+            return h
+
+        h0 = torch.zeros(d, dtype=torch.float64)
+        expected = torch.stack([
+            torch.linalg.matrix_norm(
+                torch.autograd.functional.jacobian(functools.partial(run_k, k=k), h0), ord=2)
+            for k in range(num_steps + 1)])  # (num_steps + 1,)
+        got = gradient_norm_through_time(W_h.clone(), num_steps)
+        what = f"gradient norms for d={d}, rho={rho}, num_steps={num_steps}"
+        check_shape(got, (num_steps + 1,), what=what + " (one norm for each k = 0..num_steps)")
+        assert_same(torch.as_tensor(got).double(), expected, what=what + " (vs autograd)",
+                    rtol=1e-6, atol=1e-9)
+    return "matches the autograd Jacobians"
+
+
 # --- Chapter 02: attention by hand --------------------------------------------
+
+@exercise_check
+def check_softmax_rows(softmax_rows: Callable) -> str:
+    """``softmax_rows(x)``: softmax over the last dimension, stable for large scores."""
+    g = torch.Generator().manual_seed(500)
+    cases = {
+        "a (3, 4) matrix": torch.randn(3, 4, generator=g),
+        "a 1-D vector": torch.randn(5, generator=g),
+        "a (2, 3, 5) batch": torch.randn(2, 3, 5, generator=g, dtype=torch.float64),
+        "large scores (~1000; exp overflows unless you subtract the row max)":
+            torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -1000.0, -999.0]]),
+        "rows holding -inf (masked keys)":
+            torch.tensor([[0.5, float("-inf"), 1.5], [float("-inf"), 2.0, float("-inf")]]),
+    }
+    for name, x in cases.items():
+        x_in = x.clone()
+        got = softmax_rows(x_in)
+        if not torch.equal(x_in, x):
+            raise CheckFailed(f"for {name}: you modified the input in place; return a new tensor")
+        if got is not None and torch.isnan(torch.as_tensor(got)).any():
+            raise CheckFailed(f"for {name}: the result contains NaN -- subtract each row's max "
+                              f"before exp to keep exp from overflowing")
+        assert_same(got, torch.softmax(x, dim=-1), what=f"softmax of {name}")
+    return f"matches torch.softmax on {len(cases)} inputs, including large scores"
+
+
+def _qkv(shape_q: tuple, shape_k: tuple, d_v: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(*shape_q, generator=g, dtype=torch.float64)
+    k = torch.randn(*shape_k, generator=g, dtype=torch.float64)
+    v = torch.randn(*shape_k[:-1], d_v, generator=g, dtype=torch.float64)
+    return q, k, v
+
+
+@exercise_check
+def check_scaled_scores(scaled_scores: Callable) -> str:
+    """``scaled_scores(q, k)`` -> ``q kᵀ / √d_k``: (..., T_q, D), (..., T_k, D) -> (..., T_q, T_k)."""
+    worked = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    cases = [("the worked example Q = K", worked, worked.clone())]
+    for i, (sq, sk) in enumerate([((4, 8), (4, 8)), ((3, 16), (5, 16)), ((2, 3, 6, 4), (2, 3, 7, 4))]):
+        q, k, _ = _qkv(sq, sk, 1, 600 + i)
+        cases.append((f"q of shape {sq} and k of shape {sk}", q, k))
+    for name, q, k in cases:
+        # independent reference: an explicit sum over the shared dimension
+        expected = (q[..., :, None, :] * k[..., None, :, :]).sum(-1) / q.shape[-1] ** 0.5
+        got = scaled_scores(q.clone(), k.clone())
+        check_shape(got, tuple(expected.shape), what=f"scores for {name}")
+        assert_same(got, expected, what=f"scaled scores for {name} (divide by sqrt(d_k))")
+    return f"correct on {len(cases)} inputs, including batched ones with T_q != T_k"
+
+
+@exercise_check
+def check_make_causal_mask(make_causal_mask: Callable) -> str:
+    """``make_causal_mask(T)`` -> boolean (T, T), True where key j <= query i."""
+    for T in (1, 2, 5, 9):
+        got = make_causal_mask(T)
+        check_shape(got, (T, T), what=f"mask for T={T}")
+        got = torch.as_tensor(got)
+        if got.dtype != torch.bool:
+            raise CheckFailed(f"mask for T={T}: expected dtype torch.bool, got {got.dtype} "
+                              f"(True = may attend)")
+        expected = torch.tensor([[j <= i for j in range(T)] for i in range(T)])
+        assert_same(got, expected, what=f"mask for T={T} (row = query, column = key; "
+                                        f"True on and below the diagonal)")
+    return "lower-triangular boolean masks for T = 1, 2, 5, 9"
+
+
+def _reference_attention(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(scores, dim=-1)
+    return w @ v, w
+
+
+@exercise_check
+def check_attention(attention: Callable) -> str:
+    """``attention(q, k, v, mask=None)`` -> ``(output, weights)``; boolean mask, True = keep."""
+    cases = []
+    q, k, v = _qkv((3, 2), (3, 2), 2, 700)
+    cases.append(("unmasked (T=3, D=2)", q, k, v, None))
+    q, k, v = _qkv((2, 6, 4), (2, 6, 4), 3, 701)
+    cases.append(("causal mask (B=2, T=6)", q, k, v, torch.ones(6, 6, dtype=torch.bool).tril()))
+    q, k, v = _qkv((2, 3, 4, 8), (2, 3, 5, 8), 6, 702)
+    g = torch.Generator().manual_seed(703)
+    m = torch.rand(2, 1, 4, 5, generator=g) > 0.5
+    m[..., 0] = True  # every query keeps at least one key
+    cases.append(("a random boolean mask with T_q=4 != T_k=5", q, k, v, m))
+    cases.append(("no mask with T_q=4 != T_k=5, D_v=6", q, k, v, None))
+    for name, q, k, v, mask in cases:
+        out_ref, w_ref = _reference_attention(q, k, v, mask)
+        args = (q.clone(), k.clone(), v.clone())
+        res = attention(*args) if mask is None else attention(*args, mask=mask.clone())
+        if not isinstance(res, (tuple, list)) or len(res) != 2:
+            raise CheckFailed(f"for {name}: return a pair (output, weights), got {type(res).__name__}")
+        out, w = res
+        assert_same(w, w_ref, what=f"weights for {name}")
+        assert_same(out, out_ref, what=f"output for {name}")
+        sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        assert_same(out, sdpa, what=f"output for {name} (vs F.scaled_dot_product_attention)")
+    return f"matches F.scaled_dot_product_attention on {len(cases)} cases"
+
 
 # --- Chapter 03: multi-head attention -----------------------------------------
 

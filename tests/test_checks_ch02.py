@@ -1,0 +1,94 @@
+"""Chapter 2 checks: they pass on correct answers and fail, with a clear message, on wrong ones."""
+
+import math
+
+import pytest
+import torch
+
+from fundamentallm import checks
+from fundamentallm.checks import CheckFailed
+
+
+def softmax_rows(x):
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def scaled_scores(q, k):
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def make_causal_mask(T):
+    return torch.ones(T, T, dtype=torch.bool).tril()
+
+
+def attention(q, k, v, mask=None):
+    scores = scaled_scores(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax_rows(scores)
+    return w @ v, w
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+CORRECT = {
+    "check_softmax_rows": softmax_rows,
+    "check_scaled_scores": scaled_scores,
+    "check_make_causal_mask": make_causal_mask,
+    "check_attention": attention,
+}
+
+WRONG = {
+    "check_softmax_rows": [
+        lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True),  # overflows on large scores
+        lambda x: torch.softmax(x, dim=0),  # wrong dimension
+        lambda x: x.sub_(x.amax(-1, keepdim=True)).exp() / x.exp().sum(-1, keepdim=True),  # in place
+    ],
+    "check_scaled_scores": [
+        lambda q, k: q @ k.transpose(-2, -1),  # not scaled
+        lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1],  # divides by d_k
+        lambda q, k: k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]),  # transposed
+    ],
+    "check_make_causal_mask": [
+        lambda T: torch.ones(T, T, dtype=torch.bool).triu(),  # upper triangle
+        lambda T: torch.ones(T, T).tril(),  # float, not bool
+        lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1),  # excludes the diagonal
+    ],
+    "check_attention": [
+        lambda q, k, v, mask=None: attention(q, k, v),  # ignores the mask
+        lambda q, k, v, mask=None: attention(q, k, v, mask)[0],  # returns only the output
+        lambda q, k, v, mask=None: (lambda o, w: (o, w.transpose(-2, -1)))(*attention(q, k, v, mask)),
+        lambda q, k, v, mask=None: attention(q, k, v, None if mask is None else ~mask),  # inverted
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_check_passes_on_correct_answer(name, capsys):
+    assert checks.CHECKS[name](CORRECT[name]) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_check_fails_on_stub(name):
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.CHECKS[name](stub)
+
+
+@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(WRONG) for i in range(len(WRONG[n]))])
+def test_check_fails_on_wrong_answer(name, i):
+    with pytest.raises(CheckFailed, match=name):
+        checks.CHECKS[name](WRONG[name][i])
+
+
+def test_softmax_overflow_message_explains():
+    with pytest.raises(CheckFailed, match="subtract each row's max"):
+        checks.check_softmax_rows(WRONG["check_softmax_rows"][0])
+
+
+def test_causal_mask_dtype_message():
+    with pytest.raises(CheckFailed, match="torch.bool"):
+        checks.check_make_causal_mask(WRONG["check_make_causal_mask"][1])
