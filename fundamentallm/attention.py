@@ -31,13 +31,21 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    # subtle: an integer 0/1 mask would otherwise be *added* to the scores like a float mask.
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(f"mask dtype {mask.dtype} is not supported; allowed: torch.bool "
+                        f"(True = may attend) or a floating dtype (added to the scores)")
     try:
-        torch.broadcast_shapes(mask.shape, scores_shape)
+        ok = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
     except RuntimeError:
+        ok = False
+    if not ok:  # a larger mask would silently broadcast the output to a larger shape
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores "
             f"(..., T_q, T_k) = {tuple(scores_shape)}"
-        ) from None
+        )
 
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -62,7 +70,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
-            scores = scores + mask
+            scores = scores + mask.to(scores.dtype)
     # subtle: a row of only -inf makes softmax return NaN. Give such rows zero weight instead.
     dead = torch.isneginf(scores.amax(dim=-1, keepdim=True))  # (..., T_q, 1)
     weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
@@ -161,6 +169,10 @@ class MultiHeadAttention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, H, start + T, D)
         T_k = k.shape[2]
+        if mask is not None:  # check before combining with the causal mask
+            _check_mask(mask, torch.Size((B, self.num_heads, T, T_k)))
+            if mask.dtype != torch.bool:
+                mask = mask.to(q.dtype)
         if self.causal:
             # Query i sits at absolute position start + i and may see keys 0..start + i.
             allowed = causal_mask(T_k, x.device)[start:start + T]  # (T, T_k)
@@ -170,8 +182,6 @@ class MultiHeadAttention(nn.Module):
                 mask = mask & allowed
             else:
                 mask = mask.masked_fill(~allowed, float("-inf"))
-        if mask is not None:
-            _check_mask(mask, torch.Size((B, self.num_heads, T, T_k)))
         p = self.dropout if self.training else 0.0
         if self.use_sdpa and not return_weights:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)

@@ -7,6 +7,7 @@ what is allowed -- not three calls later with a shape error from inside torch.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -41,6 +42,10 @@ def _check_int(name: str, value: Any, minimum: int = 1) -> None:
         raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
     if value < minimum:
         raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_bool(name: str, value: Any) -> None:
@@ -90,9 +95,9 @@ class TransformerConfig:
             )
         if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout!r} must be a float in [0, 1)")
-        if not isinstance(self.norm_eps, (int, float)) or not self.norm_eps > 0:
+        if not _is_real(self.norm_eps) or not 0 < self.norm_eps < math.inf:
             raise ValueError(f"norm_eps={self.norm_eps!r} must be a positive float")
-        if not isinstance(self.rope_base, (int, float)) or not self.rope_base > 1:
+        if not _is_real(self.rope_base) or not 1 < self.rope_base < math.inf:
             raise ValueError(f"rope_base={self.rope_base!r} must be a float > 1")
         _check_choice("norm", self.norm, NORMS)
         _check_choice("norm_position", self.norm_position, NORM_POSITIONS)

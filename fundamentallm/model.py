@@ -56,6 +56,21 @@ class TransformerBlock(nn.Module):
         return (x, w) if return_weights else x
 
 
+def _attention_mask(attention_mask: Optional[torch.Tensor], input_ids: torch.Tensor,
+                    num_keys: int) -> Optional[torch.Tensor]:
+    """Validate a ``(B, num_keys)`` 1/0 attention mask and turn it into a ``(B, 1, 1, num_keys)``
+    boolean key-padding mask (``num_keys`` counts cached positions too)."""
+    if attention_mask is None:
+        return None
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
+    expected = (input_ids.shape[0], num_keys)
+    if tuple(attention_mask.shape) != expected:
+        raise ValueError(f"attention_mask must have shape (B, T) = {expected} (1 = token, 0 = padding), "
+                         f"got {tuple(attention_mask.shape)}")
+    return padding_mask(attention_mask)
+
+
 class _Backbone(nn.Module):
     """Embeddings, positions and blocks shared by the decoder and the encoder."""
 
@@ -156,7 +171,11 @@ class Transformer(_Backbone):
     def forward(self, input_ids: torch.Tensor, targets: Optional[torch.Tensor] = None,
                 kv_cache: Optional[list[KVCache]] = None, attention_mask: Optional[torch.Tensor] = None,
                 return_attention: bool = False):
-        mask = padding_mask(attention_mask) if attention_mask is not None else None
+        start = kv_cache[0].length if kv_cache else 0
+        if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2:
+            mask = _attention_mask(attention_mask, input_ids, start + input_ids.shape[1])
+        else:
+            mask = None  # hidden_states raises the clear input_ids error
         out = self.hidden_states(input_ids, mask=mask, kv_cache=kv_cache, return_attention=return_attention)
         h, attentions = out if return_attention else (out, None)
         logits = self.lm_head(h)  # (B, T, V)
@@ -210,7 +229,10 @@ class TransformerClassifier(_Backbone):
 
     def forward(self, input_ids: torch.Tensor, targets: Optional[torch.Tensor] = None,
                 attention_mask: Optional[torch.Tensor] = None, return_attention: bool = False):
-        mask = padding_mask(attention_mask) if attention_mask is not None else None
+        if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2:
+            mask = _attention_mask(attention_mask, input_ids, input_ids.shape[1])
+        else:
+            mask = None  # hidden_states raises the clear input_ids error
         out = self.hidden_states(input_ids, mask=mask, return_attention=return_attention)
         h, attentions = out if return_attention else (out, None)  # (B, T, C)
         if self.pooling == "first":
