@@ -281,29 +281,6 @@ def _spectral_radius_np(W: torch.Tensor) -> float:
 
 
 @exercise_check
-def check_scale_to_spectral_radius(scale_to_spectral_radius: Callable) -> str:
-    """``scale_to_spectral_radius(W, rho)`` -> ``c * W`` (c > 0) whose largest |eigenvalue| is rho."""
-    cases = [(4, 0.9, 0), (6, 1.1, 1), (3, 0.5, 2), (8, 1.0, 3)]  # (d, rho, seed)
-    for d, rho, seed in cases:
-        g = torch.Generator().manual_seed(300 + seed)
-        W = torch.randn(d, d, generator=g, dtype=torch.float64)  # not symmetric: |eig| != singular value
-        W_in = W.clone()
-        W_scaled = scale_to_spectral_radius(W_in, rho)
-        if not torch.equal(W_in, W):
-            raise CheckFailed("you modified the input matrix W in place; return a new tensor instead")
-        check_shape(W_scaled, (d, d), what=f"scaled W for d={d}")
-        W_scaled = torch.as_tensor(W_scaled).detach().double()
-        got = _spectral_radius_np(W_scaled)
-        if abs(got - rho) > 1e-6 * max(1.0, rho):
-            raise CheckFailed(
-                f"for d={d}, rho={rho}: the result's spectral radius (largest |eigenvalue|) is "
-                f"{got:.6g}, expected {rho} -- divide by the spectral radius, not by a norm")
-        expected = W * (rho / _spectral_radius_np(W))
-        assert_same(W_scaled, expected, what=f"scaled W for d={d}, rho={rho} (must be c * W, c > 0)")
-    return f"spectral radius hits the target on {len(cases)} matrices"
-
-
-@exercise_check
 def check_gradient_norm_through_time(gradient_norm_through_time: Callable) -> str:
     """``gradient_norm_through_time(W_h, num_steps)`` -> ``‖∂h_{t+k}/∂h_t‖₂`` for k = 0..num_steps
     in the linear RNN ``h_t = W_h h_{t-1} + W_x x_t + b``; compared with autograd Jacobians."""
@@ -330,6 +307,34 @@ def check_gradient_norm_through_time(gradient_norm_through_time: Callable) -> st
         assert_same(torch.as_tensor(got).double(), expected, what=what + " (vs autograd)",
                     rtol=1e-6, atol=1e-9)
     return "matches the autograd Jacobians"
+
+
+@exercise_check
+def check_bptt_jacobian(bptt_jacobian: Callable) -> str:
+    """``bptt_jacobian(hs, W_h)`` -> ``∂h_T/∂h_0 = J_T ⋯ J_1`` with ``J_k = diag(1 - h_k²) W_h``
+    for a tanh RNN whose states ``h_0..h_T`` are the rows of ``hs``; compared with autograd."""
+    cases = [(4, 3, 5, 0), (3, 2, 1, 1), (5, 4, 9, 2)]  # (d_h, d_in, T, seed)
+    for d_h, d_in, T, seed in cases:
+        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
+        W_h = W_h * 1.5  # strong recurrence: the states spread over tanh's curved range
+        g = torch.Generator().manual_seed(450 + seed)
+        xs = torch.randn(T, d_in, generator=g, dtype=torch.float64)  # (T, d_in)
+        h0 = torch.randn(d_h, generator=g, dtype=torch.float64) * 0.5  # (d_h,)
+
+        def run(h, xs=xs, W_x=W_x, W_h=W_h, b=b):  # h_0 -> h_T
+            states = [h]
+            for x_t in xs:
+                states.append(torch.tanh(W_h @ states[-1] + W_x @ x_t + b))
+            return states
+
+        with torch.no_grad():
+            hs = torch.stack(run(h0))  # (T + 1, d_h): h_0..h_T
+        expected = torch.autograd.functional.jacobian(lambda h, run=run: run(h)[-1], h0)
+        got = bptt_jacobian(hs.clone(), W_h.clone())
+        what = f"dh_T/dh_0 for d_h={d_h}, T={T}"
+        check_shape(got, (d_h, d_h), what=what)
+        assert_same(torch.as_tensor(got).double(), expected, what=what + " (vs autograd)")
+    return f"matches autograd on {len(cases)} sequences"
 
 
 # --- Chapter 02: attention by hand --------------------------------------------
@@ -403,25 +408,34 @@ def check_make_causal_mask(make_causal_mask: Callable) -> str:
 def _reference_attention(q, k, v, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", q, k) / q.shape[-1] ** 0.5
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    w = torch.softmax(scores, dim=-1)
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    w = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a fully masked row gets zero weights
     return w @ v, w
 
 
 @exercise_check
 def check_attention(attention: Callable) -> str:
-    """``attention(q, k, v, mask=None)`` -> ``(output, weights)``; boolean mask, True = keep."""
+    """``attention(q, k, v, mask=None)`` -> ``(output, weights)``. A boolean mask keeps True keys,
+    a float mask is added to the scores; a query with every key masked gets zeros, not NaN."""
     cases = []
     q, k, v = _qkv((3, 2), (3, 2), 2, 700)
     cases.append(("unmasked (T=3, D=2)", q, k, v, None))
     q, k, v = _qkv((2, 6, 4), (2, 6, 4), 3, 701)
-    cases.append(("causal mask (B=2, T=6)", q, k, v, torch.ones(6, 6, dtype=torch.bool).tril()))
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    cases.append(("a boolean causal mask (B=2, T=6)", q, k, v, causal))
+    additive = torch.zeros(6, 6, dtype=torch.float64).masked_fill(~causal, float("-inf"))
+    cases.append(("a float (additive, 0/-inf) causal mask (B=2, T=6)", q, k, v, additive))
     q, k, v = _qkv((2, 3, 4, 8), (2, 3, 5, 8), 6, 702)
     g = torch.Generator().manual_seed(703)
     m = torch.rand(2, 1, 4, 5, generator=g) > 0.5
     m[..., 0] = True  # every query keeps at least one key
     cases.append(("a random boolean mask with T_q=4 != T_k=5", q, k, v, m))
     cases.append(("no mask with T_q=4 != T_k=5, D_v=6", q, k, v, None))
+    bias = torch.randn(4, 5, generator=g, dtype=torch.float64)
+    cases.append(("a finite float mask (a bias added to the scores)", q, k, v, bias))
+    q, k, v = _qkv((3, 4), (3, 4), 2, 704)
+    dead = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
+    cases.append(("a mask whose second row is all False (that query sees no key)", q, k, v, dead))
     for name, q, k, v, mask in cases:
         out_ref, w_ref = _reference_attention(q, k, v, mask)
         args = (q.clone(), k.clone(), v.clone())
@@ -429,11 +443,15 @@ def check_attention(attention: Callable) -> str:
         if not isinstance(res, (tuple, list)) or len(res) != 2:
             raise CheckFailed(f"for {name}: return a pair (output, weights), got {type(res).__name__}")
         out, w = res
+        if torch.isnan(torch.as_tensor(w)).any() or torch.isnan(torch.as_tensor(out)).any():
+            raise CheckFailed(f"for {name}: NaN in your result -- a query whose keys are all masked "
+                              f"must get all-zero weights and a zero output")
         assert_same(w, w_ref, what=f"weights for {name}")
         assert_same(out, out_ref, what=f"output for {name}")
-        sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        assert_same(out, sdpa, what=f"output for {name} (vs F.scaled_dot_product_attention)")
-    return f"matches F.scaled_dot_product_attention on {len(cases)} cases"
+        if not torch.isinf(torch.as_tensor(mask if mask is not None else 0.0)).all(-1).any():
+            sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            assert_same(out, sdpa, what=f"output for {name} (vs F.scaled_dot_product_attention)")
+    return f"correct on {len(cases)} cases (boolean, float and fully masked rows)"
 
 
 # --- Chapter 03: multi-head attention -----------------------------------------

@@ -19,8 +19,11 @@ def unroll_rnn(xs, h0, W_x, W_h, b):
     return torch.stack(hs, dim=1)
 
 
-def scale_to_spectral_radius(W, rho):
-    return W * (rho / torch.linalg.eigvals(W).abs().max())
+def bptt_jacobian(hs, W_h):
+    J = torch.eye(W_h.shape[0], dtype=W_h.dtype)
+    for h_k in hs[1:]:
+        J = torch.diag(1 - h_k ** 2) @ W_h @ J
+    return J
 
 
 def gradient_norm_through_time(W_h, num_steps):
@@ -35,7 +38,7 @@ def stub(*args, **kwargs):
 CORRECT = {
     "check_rnn_step": rnn_step,
     "check_unroll_rnn": unroll_rnn,
-    "check_scale_to_spectral_radius": scale_to_spectral_radius,
+    "check_bptt_jacobian": bptt_jacobian,
     "check_gradient_norm_through_time": gradient_norm_through_time,
 }
 
@@ -51,10 +54,12 @@ WRONG = {
         lambda xs, h0, *p: unroll_rnn(xs, h0, *p)[:, -1],  # only the last state
         lambda xs, h0, *p: unroll_rnn(xs, torch.zeros_like(h0), *p),  # ignores h0
     ],
-    "check_scale_to_spectral_radius": [
-        lambda W, rho: W * (rho / torch.linalg.matrix_norm(W, ord=2)),  # spectral norm, not radius
-        lambda W, rho: W * rho,
-        lambda W, rho: W.mul_(rho / torch.linalg.eigvals(W).abs().max()),  # modifies W in place
+    "check_bptt_jacobian": [
+        lambda hs, W: torch.linalg.matrix_power(W, hs.shape[0] - 1),  # forgot tanh's derivative
+        lambda hs, W: bptt_jacobian(hs[:-1], W) if hs.shape[0] > 1 else W,  # h_{k-1}, not h_k
+        # multiplies in the wrong order: J_1 ... J_T
+        lambda hs, W: torch.linalg.multi_dot([torch.eye(W.shape[0], dtype=W.dtype)]
+                                             + [torch.diag(1 - h ** 2) @ W for h in hs[1:]]),
     ],
     "check_gradient_norm_through_time": [
         # rho ** k: right only for normal matrices
@@ -89,6 +94,18 @@ def test_unroll_message_names_the_off_by_one():
         checks.check_unroll_rnn(WRONG["check_unroll_rnn"][0])
 
 
-def test_spectral_radius_message_explains():
-    with pytest.raises(CheckFailed, match="spectral radius"):
-        checks.check_scale_to_spectral_radius(WRONG["check_scale_to_spectral_radius"][0])
+def test_bptt_jacobian_agrees_with_autograd_for_a_solution():
+    torch.manual_seed(0)
+    W_h, W_x = torch.randn(3, 3, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    xs = torch.randn(4, 2, dtype=torch.float64)
+
+    def run(h):
+        states = [h]
+        for x_t in xs:
+            states.append(torch.tanh(W_h @ states[-1] + W_x @ x_t))
+        return states
+
+    h0 = torch.zeros(3, dtype=torch.float64)
+    hs = torch.stack(run(h0)).detach()
+    expected = torch.autograd.functional.jacobian(lambda h: run(h)[-1], h0)
+    torch.testing.assert_close(bptt_jacobian(hs, W_h), expected)

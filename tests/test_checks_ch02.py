@@ -25,8 +25,23 @@ def make_causal_mask(T):
 def attention(q, k, v, mask=None):
     scores = scaled_scores(q, k)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    w = softmax_rows(scores)
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    dead = torch.isneginf(scores.amax(dim=-1, keepdim=True))
+    w = softmax_rows(scores.masked_fill(dead, 0.0)).masked_fill(dead, 0.0)
+    return w @ v, w
+
+
+def attention_bool_only(q, k, v, mask=None):
+    """Treats every mask as boolean (a float 0/-inf mask then keeps the wrong keys)."""
+    return attention(q, k, v, None if mask is None else mask.bool())
+
+
+def attention_nan_rows(q, k, v, mask=None):
+    """Forgets fully masked rows: softmax of only -inf is NaN."""
+    scores = scaled_scores(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    w = torch.softmax(scores, dim=-1)
     return w @ v, w
 
 
@@ -61,7 +76,10 @@ WRONG = {
         lambda q, k, v, mask=None: attention(q, k, v),  # ignores the mask
         lambda q, k, v, mask=None: attention(q, k, v, mask)[0],  # returns only the output
         lambda q, k, v, mask=None: (lambda o, w: (o, w.transpose(-2, -1)))(*attention(q, k, v, mask)),
-        lambda q, k, v, mask=None: attention(q, k, v, None if mask is None else ~mask),  # inverted
+        lambda q, k, v, mask=None: attention(q, k, v, mask if mask is None or mask.dtype != torch.bool
+                                             else ~mask),  # inverted boolean mask
+        attention_bool_only,
+        attention_nan_rows,
     ],
 }
 
@@ -92,3 +110,8 @@ def test_softmax_overflow_message_explains():
 def test_causal_mask_dtype_message():
     with pytest.raises(CheckFailed, match="torch.bool"):
         checks.check_make_causal_mask(WRONG["check_make_causal_mask"][1])
+
+
+def test_attention_nan_message_explains():
+    with pytest.raises(CheckFailed, match="all-zero weights"):
+        checks.check_attention(attention_nan_rows)
