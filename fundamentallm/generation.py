@@ -1,0 +1,327 @@
+"""Sampling from a language model: greedy, temperature, top-k, top-p (nucleus), and the KV cache.
+
+A decoder LM gives, at each step, logits over the vocabulary for the next token. Decoding turns
+them into a token and appends it:
+
+- **greedy**: the argmax, deterministic;
+- **temperature** ``τ``: sample from ``softmax(logits / τ)``; ``τ < 1`` sharpens, ``τ > 1`` flattens;
+- **top-k** (Fan et al. 2018): sample only among the ``k`` most likely tokens;
+- **top-p / nucleus** (Holtzman et al. 2020): sample among the smallest set of most likely tokens
+  whose total probability reaches ``p``.
+
+The filters are applied in that order (temperature, top-k, top-p), as in Hugging Face's
+``generate``. With ``use_cache=True`` the prompt is run once (the *prefill*) and each later step
+feeds only the newest token, reusing the keys and values cached by every layer: a step costs
+O(T) attention instead of a full O(T²) forward over the whole sequence, and gives the same
+logits (up to float rounding) and the same greedy tokens -- the tests check both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Optional, Union
+
+import torch
+from torch import nn
+
+from .model import Transformer
+
+StopTokens = Optional[Union[int, Iterable[int]]]
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _check_temperature(temperature: float) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise ValueError(f"temperature={temperature!r} must be a positive number")
+    if not temperature > 0:
+        raise ValueError(f"temperature={temperature!r} must be > 0; for deterministic decoding "
+                         f"use greedy=True instead of temperature=0")
+
+
+def _check_top_k(top_k: int | None) -> None:
+    if top_k is None:
+        return
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k={top_k!r} must be None or an integer >= 1")
+
+
+def _check_top_p(top_p: float | None) -> None:
+    if top_p is None:
+        return
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p={top_p!r} must be None or a number in (0, 1]")
+
+
+def _check_logits(logits: torch.Tensor) -> None:
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        raise TypeError(f"logits must be a floating-point torch.Tensor, got "
+                        f"{type(logits).__name__ if not isinstance(logits, torch.Tensor) else logits.dtype}")
+    if logits.dim() < 1 or logits.shape[-1] == 0:
+        raise ValueError(f"logits must have shape (..., vocab_size) with vocab_size >= 1, got {tuple(logits.shape)}")
+
+
+# ----------------------------------------------------------------------------- the filters
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature``. Shape ``(..., V)`` -> ``(..., V)``.
+
+    Dividing by ``τ`` before the softmax raises every probability to the power ``1/τ`` (then
+    renormalises): ``τ -> 0`` tends to the argmax, ``τ -> ∞`` to the uniform distribution.
+    """
+    _check_logits(logits)
+    _check_temperature(temperature)
+    return logits if temperature == 1.0 else logits / temperature
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the ``k`` largest logits of each row, set the others to ``-inf``. ``(..., V)`` -> ``(..., V)``.
+
+    Ties with the k-th largest value are all kept (so a row can keep more than ``k`` tokens when
+    logits are exactly equal); ``k >= V`` keeps everything.
+    """
+    _check_logits(logits)
+    _check_top_k(k)
+    if k >= logits.shape[-1]:
+        return logits
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1), the k-th largest
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filtering (Holtzman et al. 2020). ``(..., V)`` -> ``(..., V)``.
+
+    Sort tokens by probability, keep the smallest prefix whose total probability is ``>= p``,
+    set the rest to ``-inf``. A token is kept exactly when the probability of the tokens ranked
+    above it is ``< p``, so the most likely token is always kept. ``p = 1`` keeps everything.
+    """
+    _check_logits(logits)
+    _check_top_p(p)
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
+    probs = torch.softmax(sorted_logits.float(), dim=-1)
+    mass_before = torch.cumsum(probs, dim=-1) - probs  # probability of the tokens ranked above
+    remove_sorted = mass_before >= p  # (..., V); position 0 has mass_before 0 < p: always kept
+    remove = remove_sorted.scatter(-1, order, remove_sorted)  # back to vocabulary order
+    return logits.masked_fill(remove, float("-inf"))
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, greedy: bool = False,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row from next-token logits ``(B, V)`` -> ``(B,)`` int64.
+
+    ``greedy=True`` takes the argmax (temperature, top-k and top-p do not change the argmax, so
+    they are ignored). Otherwise temperature, then top-k, then top-p, then one draw from the
+    softmax with ``torch.multinomial`` using ``generator`` (or the global RNG): the same seed
+    gives the same tokens.
+    """
+    _check_logits(logits)
+    _check_temperature(temperature)
+    _check_top_k(top_k)
+    _check_top_p(top_p)
+    if logits.dim() != 2:
+        raise ValueError(f"logits must have shape (B, vocab_size), got {tuple(logits.shape)}")
+    if greedy:
+        return logits.argmax(dim=-1)
+    logits = apply_temperature(logits, temperature)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    probs = torch.softmax(logits.float(), dim=-1)  # (B, V)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
+
+
+# ----------------------------------------------------------------------------- decoding
+
+def _stop_set(stop: StopTokens) -> list[int]:
+    if stop is None:
+        return []
+    items = [stop] if isinstance(stop, int) else stop
+    try:
+        ids = list(items)
+    except TypeError:
+        raise ValueError(f"stop={stop!r} must be None, a token id or an iterable of token ids") from None
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise ValueError(f"stop={stop!r} must contain non-negative integer token ids, got {t!r}")
+    return ids
+
+
+def _max_seq_len(model: nn.Module) -> int | None:
+    config = getattr(model, "config", None)
+    return getattr(config, "max_seq_len", None)
+
+
+def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None) -> torch.Tensor:
+    """Next-token logits ``(B, V)`` for the last position of ``ids (B, T)``."""
+    if isinstance(model, Transformer):
+        # Project only the last position to the vocabulary: the other T-1 rows of logits are
+        # thrown away anyway, and with a 50k vocabulary they would cost a large matmul.
+        h = model.hidden_states(ids, kv_cache=kv_cache)  # (B, T, C)
+        return model.lm_head(h[:, -1])  # (B, V)
+    out = model(ids, kv_cache=kv_cache) if kv_cache is not None else model(ids)
+    logits = out[0] if isinstance(out, (tuple, list)) else out
+    return logits[:, -1]
+
+
+def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float,
+             top_k: int | None, top_p: float | None, greedy: bool, use_cache: bool,
+             truncate: bool) -> tuple[torch.Tensor, bool]:
+    """Validate everything up front (before any token is produced); return the ids as (B, T)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}")
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
+    squeeze = input_ids.dim() == 1
+    ids = input_ids.unsqueeze(0) if squeeze else input_ids
+    if ids.dim() != 2 or ids.shape[1] == 0:
+        raise ValueError(f"input_ids must have shape (B, T) or (T,) with T >= 1, got {tuple(input_ids.shape)}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 0")
+    _check_temperature(temperature)
+    _check_top_k(top_k)
+    _check_top_p(top_p)
+    for name, value in (("greedy", greedy), ("use_cache", use_cache), ("truncate", truncate)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}={value!r} must be True or False")
+    max_len = _max_seq_len(model)
+    if max_len is not None and ids.shape[1] > max_len and not truncate:
+        raise ValueError(f"the prompt has {ids.shape[1]} tokens but the model's context is "
+                         f"max_seq_len={max_len}; shorten it, or pass truncate=True to condition on "
+                         f"its last {max_len} tokens")
+    return ids, squeeze
+
+
+def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperature: float,
+            top_k: int | None, top_p: float | None, greedy: bool, use_cache: bool,
+            stop: list[int], generator: torch.Generator | None) -> Iterator[torch.Tensor]:
+    """The decode loop. Runs in inference mode; yields one ``(B,)`` tensor per step."""
+    B, T = ids.shape
+    max_len = _max_seq_len(model)
+    cache = None
+    if use_cache and hasattr(model, "make_kv_cache") and (max_len is None or min(T, max_len) < max_len):
+        cache = model.make_kv_cache(B)
+    # Room for the prompt and every new token, so the loop never re-allocates or concatenates.
+    seq = torch.empty(B, T + max_new_tokens, dtype=torch.long, device=ids.device)
+    seq[:, :T] = ids
+    length = T
+    stop_ids = torch.tensor(stop, dtype=torch.long, device=ids.device) if stop else None
+    finished = torch.zeros(B, dtype=torch.bool, device=ids.device) if stop else None
+    pad = torch.zeros(B, dtype=torch.long, device=ids.device) if stop else None
+    for _ in range(max_new_tokens):
+        if cache is not None and cache[0].length == 0:
+            # Prefill: the whole prompt (its last max_seq_len tokens) in one forward.
+            start = length - min(length, max_len) if max_len is not None else 0
+            logits = _last_logits(model, seq[:, start:length], kv_cache=cache)
+        elif cache is not None and (max_len is None or cache[0].length < max_len):
+            # Decode: only the newest token; its keys/values join the cache.
+            logits = _last_logits(model, seq[:, length - 1:length], kv_cache=cache)
+        else:
+            # No cache, or the window is full: recompute over the last max_seq_len tokens
+            # (nanoGPT's sliding window). The cache is dropped for good once it is full.
+            cache = None
+            start = length - min(length, max_len) if max_len is not None else 0
+            logits = _last_logits(model, seq[:, start:length])
+        token = sample_next(logits, temperature, top_k, top_p, greedy, generator)  # (B,)
+        if finished is not None:
+            # Rows that already stopped keep repeating their own stop token.
+            token = torch.where(finished, pad, token)
+            newly = torch.isin(token, stop_ids) & ~finished
+            pad = torch.where(newly, token, pad)
+            finished = finished | newly
+        seq[:, length] = token
+        length += 1
+        yield token
+        # subtle: this check costs a device sync per step, so it runs only when stop is given.
+        if finished is not None and bool(finished.all()):
+            return
+
+
+def stream(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+           top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
+           use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
+           truncate: bool = False) -> Iterator[torch.Tensor]:
+    """Like :func:`generate`, but a generator yielding each new token as soon as it exists:
+    a ``(B,)`` int64 tensor per step (``()`` for a 1-D prompt). Every argument is validated
+    when ``stream`` is called, before the first token. The model is in eval mode while tokens
+    are produced and is put back in its previous mode when the stream ends or is closed.
+    """
+    ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
+                            use_cache, truncate)
+    stop_ids = _stop_set(stop)
+    device = next(iter(model.parameters()), ids).device
+    return _stream(model, ids.to(device).long(), squeeze, max_new_tokens, temperature, top_k, top_p,
+                   greedy, use_cache, stop_ids, generator)
+
+
+def _stream(model, ids, squeeze, max_new_tokens, temperature, top_k, top_p, greedy, use_cache,
+            stop_ids, generator) -> Iterator[torch.Tensor]:
+    was_training = model.training
+    model.eval()
+    try:
+        steps = _decode(model, ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache,
+                        stop_ids, generator)
+        while True:
+            # subtle: inference mode is entered around each step only; holding it across `yield`
+            # would leak it into the caller's code while the generator is suspended.
+            with torch.inference_mode():
+                token = next(steps, None)
+            if token is None:
+                return
+            token = token.clone()  # a normal tensor, usable later with autograd
+            yield token[0] if squeeze else token
+    finally:
+        model.train(was_training)
+
+
+def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
+             use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
+             truncate: bool = False) -> torch.Tensor:
+    """Extend each prompt by up to ``max_new_tokens`` tokens.
+
+    ``input_ids`` is ``(B, T)`` (a batch of prompts of equal length) or ``(T,)``; the result is
+    ``(B, T + n)`` (or ``(T + n,)``), the prompt followed by the new tokens, with
+    ``n = max_new_tokens`` unless ``stop`` ends generation earlier.
+
+    - Sampling: ``greedy=True`` takes the argmax; otherwise ``temperature`` (> 0), ``top_k``
+      and ``top_p`` shape the distribution (see :func:`sample_next`). ``generator`` (a
+      ``torch.Generator``) makes the draws reproducible; without it the global RNG is used,
+      so ``torch.manual_seed`` gives the same samples.
+    - ``stop``: a token id or several. A row that samples one is *finished*: the stop token is
+      kept and the row's later positions repeat it (padding). Generation ends as soon as every
+      row has finished, so ``n`` can be smaller than ``max_new_tokens``.
+    - Context: a prompt longer than ``max_seq_len`` raises ``ValueError`` unless
+      ``truncate=True``, which conditions on its last ``max_seq_len`` tokens (the returned
+      sequence still starts with the full prompt). Once the sequence outgrows ``max_seq_len``
+      the model sees only the last ``max_seq_len`` tokens (a sliding window, as in nanoGPT).
+    - ``use_cache=True`` prefills a KV cache with the prompt and then feeds one token per step.
+      A cache holds ``max_seq_len`` positions and cannot slide (learned positions have no row
+      for a shifted window), so when the window is full generation falls back to recomputing
+      the last ``max_seq_len`` tokens each step. Either way the cache changes only the speed:
+      greedy decoding gives the same tokens with and without it.
+
+    The model runs in eval mode (no dropout) and in ``torch.inference_mode``; its previous mode
+    is restored afterwards.
+    """
+    ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
+                            use_cache, truncate)
+    stop_ids = _stop_set(stop)
+    device = next(iter(model.parameters()), ids).device
+    ids = ids.to(device).long()
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            tokens = list(_decode(model, ids, max_new_tokens, temperature, top_k, top_p, greedy,
+                                  use_cache, stop_ids, generator))
+            out = torch.cat([ids] + [t.unsqueeze(1) for t in tokens], dim=1)  # (B, T + n)
+    finally:
+        model.train(was_training)
+    out = out.clone()  # a normal tensor (not an inference tensor), usable later with autograd
+    return out[0] if squeeze else out
