@@ -173,9 +173,15 @@ class MultiHeadAttention(nn.Module):
             _check_mask(mask, torch.Size((B, self.num_heads, T, T_k)))
             if mask.dtype != torch.bool:
                 mask = mask.to(q.dtype)
-        if self.causal:
+        use_sdpa = self.use_sdpa and not return_weights
+        is_causal = False
+        if self.causal and T == 1:
+            pass  # one query, at the newest position: it may see every key, nothing to mask
+        elif self.causal and use_sdpa and mask is None and start == 0:
+            is_causal = True  # no cache offset: the fused kernel applies the causal mask itself
+        elif self.causal:
             # Query i sits at absolute position start + i and may see keys 0..start + i.
-            allowed = causal_mask(T_k, x.device)[start:start + T]  # (T, T_k)
+            allowed = torch.ones(T, T_k, dtype=torch.bool, device=x.device).tril(diagonal=start)  # (T, T_k)
             if mask is None:
                 mask = allowed
             elif mask.dtype == torch.bool:
@@ -183,8 +189,8 @@ class MultiHeadAttention(nn.Module):
             else:
                 mask = mask.masked_fill(~allowed, float("-inf"))
         p = self.dropout if self.training else 0.0
-        if self.use_sdpa and not return_weights:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        if use_sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
             weights = None
         else:
             y, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p, return_weights=True)
