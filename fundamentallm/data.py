@@ -1,0 +1,264 @@
+"""Text corpora, shifted-window datasets and batches, and the digit-operations task.
+
+* ``load_corpus("python-docs")`` is the Python reference documentation that ships with every
+  Python (``pydoc_data``): about half a megabyte of English and code, no network needed.
+* ``TextDataset`` turns one long stream of token ids into (input, target) windows where the
+  target is the input shifted by one token -- next-token prediction (Radford et al. 2018).
+* ``digit_operations`` generates the course's capstone task, ``Max ( 3 5 1 ) -> 5``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import torch
+from torch.utils.data import Dataset, TensorDataset
+
+# Downloadable corpora: name -> (url, sha256 of the file). Cached after the first download.
+DOWNLOADS = {
+    "tinyshakespeare": (
+        "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+        "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+    ),
+}
+CORPORA = ("python-docs", *DOWNLOADS)
+
+
+def cache_dir() -> Path:
+    """Where downloads are kept: ``$FUNDAMENTALLM_CACHE`` or ``~/.cache/fundamentallm``."""
+    return Path(os.environ.get("FUNDAMENTALLM_CACHE") or Path.home() / ".cache" / "fundamentallm")
+
+
+def _download(url: str, dest: Path) -> None:
+    """Fetch ``url`` into ``dest`` (a module-level function so tests can replace it)."""
+    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (fixed https URL)
+        dest.write_bytes(response.read())
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _load_download(name: str) -> str:
+    url, sha = DOWNLOADS[name]
+    path = cache_dir() / f"{name}.txt"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".part")
+        try:
+            _download(url, tmp)
+        except OSError as err:  # URLError, timeouts and socket errors are all OSErrors
+            tmp.unlink(missing_ok=True)
+            raise RuntimeError(
+                f"could not download corpus {name!r} from {url} ({err}). If you are offline, "
+                f"download the file elsewhere and pass its path: load_corpus('/path/to/{name}.txt'), "
+                f"or place it at {path}; the built-in 'python-docs' corpus needs no network."
+            ) from err
+        tmp.replace(path)
+    if _sha256(path) != sha:
+        raise ValueError(f"checksum mismatch for cached corpus {name!r} at {path}: expected sha256 "
+                         f"{sha}, got {_sha256(path)}. Delete the file to download it again.")
+    return path.read_text(encoding="utf-8")
+
+
+def load_corpus(name_or_path: Union[str, os.PathLike]) -> str:
+    """The text of a corpus: ``"python-docs"`` (built in), ``"tinyshakespeare"`` (downloaded once,
+    checksum-verified and cached in :func:`cache_dir`), or the path of a UTF-8 text file."""
+    if isinstance(name_or_path, os.PathLike) or os.path.isfile(str(name_or_path)):
+        return Path(name_or_path).read_text(encoding="utf-8")
+    if not isinstance(name_or_path, str):
+        raise TypeError(f"name_or_path must be a corpus name or a path, got {type(name_or_path).__name__}")
+    if name_or_path == "python-docs":
+        from pydoc_data.topics import topics
+
+        return "\n".join(topics[k] for k in sorted(topics))
+    if name_or_path in DOWNLOADS:
+        return _load_download(name_or_path)
+    raise ValueError(f"corpus {name_or_path!r} is neither an existing file nor a known corpus; "
+                     f"known corpora: {', '.join(map(repr, CORPORA))}")
+
+
+def _as_ids(ids) -> torch.Tensor:
+    t = torch.as_tensor(ids)
+    if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool:
+        raise ValueError(f"ids must be a 1-D sequence of integer token ids, got shape "
+                         f"{tuple(t.shape)} and dtype {t.dtype}")
+    return t.long()
+
+
+def train_val_split(ids, val_fraction: float = 0.1):
+    """Split a token stream in two: the validation part is the LAST ``val_fraction`` (no shuffle,
+    so no window straddles the two parts). Returns slices of the same type as ``ids``."""
+    if not isinstance(val_fraction, float) or not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction={val_fraction!r} must be a float in (0, 1)")
+    n_train = int(len(ids) * (1.0 - val_fraction))
+    return ids[:n_train], ids[n_train:]
+
+
+class TextDataset(Dataset):
+    """Shifted windows over a token stream: item ``i`` is ``(x, y)`` with
+    ``x = ids[s : s + block_size]`` and ``y = ids[s + 1 : s + block_size + 1]``, ``s = i * stride``.
+
+    ``stride=1`` gives every window (training); ``stride=block_size`` gives non-overlapping
+    windows (evaluation on the whole split).
+    """
+
+    def __init__(self, ids, block_size: int, stride: int = 1) -> None:
+        self.ids = _as_ids(ids)
+        for name, value in (("block_size", block_size), ("stride", stride)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+        if len(self.ids) < block_size + 1:
+            raise ValueError(f"{len(self.ids)} tokens are too few for one window of "
+                             f"block_size={block_size} (need block_size + 1)")
+        self.block_size, self.stride = block_size, stride
+
+    def __len__(self) -> int:
+        return (len(self.ids) - self.block_size - 1) // self.stride + 1
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"window {i} out of range for {len(self)} windows")
+        s = (i % len(self)) * self.stride
+        chunk = self.ids[s:s + self.block_size + 1]
+        return chunk[:-1], chunk[1:]  # (T,), (T,)
+
+
+def get_batch(data, batch_size: int, block_size: int,
+              generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` random windows of a token stream: ``x, y`` of shape ``(B, T)``, ``y`` being
+    ``x`` shifted by one. Pass a seeded ``torch.Generator`` for reproducible batches."""
+    data = _as_ids(data)
+    if len(data) < block_size + 1:
+        raise ValueError(f"{len(data)} tokens are too few for block_size={block_size}")
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
+    offsets = torch.arange(block_size + 1)  # (T + 1,)
+    chunks = data[starts[:, None] + offsets]  # (B, T + 1)
+    return chunks[:, :-1], chunks[:, 1:]
+
+
+# --- The digit-operations task -------------------------------------------------------------------
+
+# Exactly 20 tokens. Specials first (so <pad> = 0, as in the character tokenizer):
+#   <pad> fills short sequences; <cls> starts the encoder's input (its vector is pooled, as BERT's
+#   [CLS]); <mask> hides a digit for masked-language-model pre-training (Devlin et al. 2019).
+# Then the ten digits, the five operation names, and the two brackets. In the decoder framing
+# ")" doubles as the separator: the answer digit is the token that follows it.
+OPERATIONS = ("First", "Second", "Last", "Max", "Min")
+DIGIT_VOCAB = ("<pad>", "<cls>", "<mask>", *"0123456789", *OPERATIONS, "(", ")")
+DIGIT_STOI = {tok: i for i, tok in enumerate(DIGIT_VOCAB)}
+DIGIT_PAD, DIGIT_CLS, DIGIT_MASK, DIGIT_OFFSET = 0, 1, 2, 3  # token id of digit d = d + 3
+_APPLY = {"First": lambda d: d[0], "Second": lambda d: d[1], "Last": lambda d: d[-1],
+          "Max": max, "Min": min}
+
+
+def encode_digits(text: str) -> list[int]:
+    """``"Max ( 3 5 1 )"`` -> token ids (tokens are separated by spaces)."""
+    unknown = [tok for tok in text.split() if tok not in DIGIT_STOI]
+    if unknown:
+        raise ValueError(f"unknown token(s) {unknown}; the vocabulary is {list(DIGIT_VOCAB)}")
+    return [DIGIT_STOI[tok] for tok in text.split()]
+
+
+def decode_digits(ids, skip_pad: bool = True) -> str:
+    """Token ids -> ``"Max ( 3 5 1 )"``; padding is dropped unless ``skip_pad=False``."""
+    ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    return " ".join(DIGIT_VOCAB[i] for i in ids if not (skip_pad and i == DIGIT_PAD))
+
+
+@dataclass
+class DigitSplit:
+    """One split of the digit task, as tensors (N examples, padded to a common length).
+
+    Encoder (classifier) framing: ``input_ids`` ``(N, L)`` = ``<cls> op ( d1 .. dk )`` + padding,
+    ``attention_mask`` ``(N, L)`` (True on real tokens), ``labels`` ``(N,)`` = the answer digit
+    0..9 (use ``TransformerClassifier(config, num_classes=10)``).
+    Decoder (sequence-completion) framing: ``lm_input_ids`` ``(N, L)`` = ``op ( d1 .. dk ) ans``
+    + padding and ``lm_targets`` ``(N, L)`` = -100 everywhere except at ")", whose target is the
+    answer's token id -- so a causal ``Transformer`` is scored only on predicting the answer.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+    lm_input_ids: torch.Tensor
+    lm_targets: torch.Tensor
+    operations: list[str]
+    digits: list[list[int]]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def classification(self) -> TensorDataset:
+        """``(input_ids, labels, attention_mask)`` triples, ready for :class:`Trainer`."""
+        return TensorDataset(self.input_ids, self.labels, self.attention_mask)
+
+    def completion(self) -> TensorDataset:
+        """``(lm_input_ids, lm_targets)`` pairs for a causal language model."""
+        return TensorDataset(self.lm_input_ids, self.lm_targets)
+
+
+@dataclass
+class DigitTask:
+    train: DigitSplit
+    val: DigitSplit
+    test: DigitSplit
+    vocab: tuple[str, ...] = DIGIT_VOCAB
+
+
+def _make_split(examples: list[tuple[str, tuple[int, ...]]], max_len: int) -> DigitSplit:
+    L = max_len + 4  # <cls> op ( ... )   and   op ( ... ) ans
+    n = len(examples)
+    enc = torch.full((n, L), DIGIT_PAD, dtype=torch.long)
+    dec = torch.full((n, L), DIGIT_PAD, dtype=torch.long)
+    targets = torch.full((n, L), -100, dtype=torch.long)
+    labels = torch.empty(n, dtype=torch.long)
+    for i, (op, digits) in enumerate(examples):
+        answer = _APPLY[op](digits)
+        body = [DIGIT_STOI[op], DIGIT_STOI["("], *(d + DIGIT_OFFSET for d in digits), DIGIT_STOI[")"]]
+        enc[i, :len(body) + 1] = torch.tensor([DIGIT_CLS, *body])
+        dec[i, :len(body) + 1] = torch.tensor([*body, answer + DIGIT_OFFSET])
+        targets[i, len(body) - 1] = answer + DIGIT_OFFSET  # predicted at ")"
+        labels[i] = answer
+    return DigitSplit(enc, enc != DIGIT_PAD, labels, dec, targets,
+                      [op for op, _ in examples], [list(d) for _, d in examples])
+
+
+def digit_operations(n_train: int = 2000, n_val: int = 200, n_test: int = 200,
+                     min_len: int = 2, max_len: int = 6,
+                     operations: Sequence[str] = OPERATIONS, seed: int = 0) -> DigitTask:
+    """Seeded examples ``op ( d1 .. dk ) -> answer`` with k in ``[min_len, max_len]`` digits.
+
+    The three splits hold distinct examples (no (operation, digits) pair appears twice), so the
+    test accuracy measures generalisation, not memorisation.
+    """
+    for name, value, low in (("n_train", n_train, 1), ("n_val", n_val, 0), ("n_test", n_test, 0),
+                             ("min_len", min_len, 2), ("max_len", max_len, min_len)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name}={value!r} must be an integer >= {low}")
+    bad = [op for op in operations if op not in OPERATIONS]
+    if bad or not operations:
+        raise ValueError(f"operations={list(operations)!r} must be a non-empty subset of {list(OPERATIONS)}")
+    total = n_train + n_val + n_test
+    space = len(operations) * sum(10**k for k in range(min_len, max_len + 1))
+    if total > space // 2:
+        raise ValueError(f"{total} distinct examples requested but only {space} exist for lengths "
+                         f"{min_len}..{max_len}; ask for fewer or allow longer sequences")
+    rng = random.Random(seed)
+    seen: set[tuple[str, tuple[int, ...]]] = set()
+    examples = []
+    while len(examples) < total:
+        k = rng.randint(min_len, max_len)
+        ex = (rng.choice(list(operations)), tuple(rng.randrange(10) for _ in range(k)))
+        if ex not in seen:
+            seen.add(ex)
+            examples.append(ex)
+    cut1, cut2 = n_train, n_train + n_val
+    return DigitTask(_make_split(examples[:cut1], max_len), _make_split(examples[cut1:cut2], max_len),
+                     _make_split(examples[cut2:], max_len))

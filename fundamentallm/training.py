@@ -1,0 +1,379 @@
+"""Training: a validated ``TrainConfig``, the learning-rate schedule ``lr_at``, and ``Trainer``.
+
+The recipe is the one modern language models use: AdamW (Loshchilov & Hutter 2019) with weight
+decay on matrices only, linear warmup then cosine decay (Loshchilov & Hutter 2017, SGDR) -- or
+the original Transformer's inverse-square-root schedule (Vaswani et al. 2017) --, gradient
+clipping (Pascanu et al. 2013), gradient accumulation, and label smoothing (Szegedy et al. 2016).
+
+The trainer knows nothing of transformers (as in minGPT): any ``model(x, y)`` that returns
+``(logits, loss)`` trains. Data may be
+  * a 1-D tensor/list of token ids (a language-model stream): random ``block_size`` windows for
+    training, and ALL non-overlapping windows for evaluation;
+  * a ``torch.utils.data.Dataset`` of ``(x, y)`` or ``(x, y, attention_mask)`` tuples (e.g.
+    :class:`~fundamentallm.data.TextDataset`, a ``TensorDataset``): random items for training,
+    every item in order for evaluation;
+  * a tuple ``(inputs, targets[, attention_mask])`` of tensors with the same first dimension.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+from tqdm import tqdm
+
+from .data import _as_ids, get_batch
+from .utils import get_device
+
+SCHEDULES = ("cosine", "inverse_sqrt", "constant")
+PRECISIONS = ("auto", "bf16", "fp16", "off")
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters of :class:`Trainer`. ``batch_size`` is the global batch of one micro-step;
+    an optimizer step sees ``batch_size * grad_accum_steps`` sequences. ``min_lr=None`` means
+    ``lr / 10``. ``block_size=None`` uses the model's ``config.max_seq_len`` for token streams.
+    ``eval_interval=0`` evaluates only at the end; ``eval_batches=None`` evaluates the whole
+    validation split. ``grad_clip=0`` disables clipping (the norm is still recorded)."""
+
+    lr: float = 1e-3
+    min_lr: Optional[float] = None
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_steps: int = 100
+    max_steps: int = 1000
+    schedule: str = "cosine"
+    grad_clip: float = 1.0
+    grad_accum_steps: int = 1
+    label_smoothing: float = 0.0
+    batch_size: int = 32
+    block_size: Optional[int] = None
+    eval_interval: int = 0
+    eval_batches: Optional[int] = None
+    eval_batch_size: Optional[int] = None
+    log_interval: int = 1
+    device: str = "auto"
+    mixed_precision: str = "auto"
+    seed: int = 0
+    progress: bool = True
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+
+        def positive(name, value, integer=False, zero_ok=False, optional=False):
+            if optional and value is None:
+                return
+            ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+            if not ok_type or isinstance(value, bool) or not (value >= 0 if zero_ok else value > 0):
+                kind = "an integer" if integer else "a number"
+                raise ValueError(f"{name}={value!r} must be {kind} {'>= 0' if zero_ok else '> 0'}")
+
+        positive("lr", self.lr)
+        positive("min_lr", self.min_lr, zero_ok=True, optional=True)
+        if self.min_lr is not None and self.min_lr > self.lr:
+            raise ValueError(f"min_lr={self.min_lr} must not exceed lr={self.lr}")
+        positive("weight_decay", self.weight_decay, zero_ok=True)
+        positive("eps", self.eps)
+        if len(self.betas) != 2 or not all(isinstance(b, float) and 0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas={self.betas!r} must be two floats in [0, 1)")
+        positive("warmup_steps", self.warmup_steps, integer=True, zero_ok=True)
+        for name in ("max_steps", "grad_accum_steps", "batch_size", "log_interval"):
+            positive(name, getattr(self, name), integer=True)
+        for name in ("block_size", "eval_batches", "eval_batch_size"):
+            positive(name, getattr(self, name), integer=True, optional=True)
+        positive("eval_interval", self.eval_interval, integer=True, zero_ok=True)
+        positive("grad_clip", self.grad_clip, zero_ok=True)
+        positive("seed", self.seed, integer=True, zero_ok=True)
+        if not isinstance(self.label_smoothing, float) or not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing={self.label_smoothing!r} must be a float in [0, 1)")
+        for name, allowed in (("schedule", SCHEDULES), ("mixed_precision", PRECISIONS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not supported; allowed values: "
+                                 f"{', '.join(map(repr, allowed))}")
+        for name in ("progress", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        get_device(self.device)  # validates the name and availability
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**values)
+
+
+def lr_at(step: int, config: TrainConfig) -> float:
+    """The learning rate of optimizer step ``step`` (0-based).
+
+    cosine:       linear warmup to ``lr`` over ``warmup_steps``, then a half cosine down to
+                  ``min_lr`` at ``max_steps`` (SGDR without restarts, Loshchilov & Hutter 2017).
+    inverse_sqrt: Vaswani et al.'s ``d_model^-0.5 · min(s^-0.5, s · warmup^-1.5)`` rescaled so its
+                  peak (at ``s = warmup``) is ``lr``: ``lr · min(s / w, sqrt(w / s))``, s = step + 1.
+    constant:     linear warmup, then ``lr``.
+    """
+    s, w = step + 1, config.warmup_steps
+    if config.schedule == "inverse_sqrt":
+        w = max(w, 1)
+        return config.lr * min(s / w, math.sqrt(w / s))
+    if s <= w:
+        return config.lr * s / w
+    if config.schedule == "constant":
+        return config.lr
+    min_lr = config.lr / 10 if config.min_lr is None else config.min_lr
+    progress = min(1.0, (s - w) / max(1, config.max_steps - w))
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.lr - min_lr)
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with two groups: weight decay on every parameter with >= 2 dimensions (the linear
+    maps and, as in nanoGPT, the embeddings), none on biases and norm gains, whose decay toward
+    zero would only fight their role. A tied matrix appears once."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    fused = next(iter(params)).is_cuda
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps, fused=fused)
+
+
+class _Source:
+    """Uniform access to the three data formats: ``sample`` a training batch, ``batches`` for eval."""
+
+    def __init__(self, data, block_size: Optional[int]) -> None:
+        if isinstance(data, tuple) and all(isinstance(t, torch.Tensor) for t in data):
+            data = TensorDataset(*data)  # (inputs, targets[, attention_mask])
+        if isinstance(data, Dataset):
+            self.stream, self.dataset = None, data
+            if len(data) == 0:
+                raise ValueError("the dataset is empty")
+        else:
+            self.stream, self.dataset = _as_ids(data), None
+            if block_size is None:
+                raise ValueError("a token stream needs a block_size: set TrainConfig.block_size or "
+                                 "use a model with config.max_seq_len")
+            if len(self.stream) < block_size + 1:
+                raise ValueError(f"{len(self.stream)} tokens are too few for block_size={block_size}")
+        self.block_size = block_size
+
+    def _collate(self, idx: list[int]) -> tuple[torch.Tensor, ...]:
+        items = [self.dataset[i] for i in idx]
+        return tuple(torch.stack([torch.as_tensor(item[j]) for item in items]) for j in range(len(items[0])))
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        if self.stream is not None:
+            return get_batch(self.stream, batch_size, self.block_size, generator)
+        return self._collate(torch.randint(len(self.dataset), (batch_size,), generator=generator).tolist())
+
+    def batches(self, batch_size: int):
+        if self.stream is not None:  # every non-overlapping window; a short tail is left out
+            T, n = self.block_size, (len(self.stream) - 1) // self.block_size
+            for b in range(0, n, batch_size):
+                starts = torch.arange(b, min(n, b + batch_size)) * T  # (B,)
+                chunks = self.stream[starts[:, None] + torch.arange(T + 1)]  # (B, T + 1)
+                yield chunks[:, :-1], chunks[:, 1:]
+        else:
+            for b in range(0, len(self.dataset), batch_size):
+                yield self._collate(list(range(b, min(len(self.dataset), b + batch_size))))
+
+
+class Trainer:
+    """Trains ``model`` on ``train_data`` (see the module docstring for the formats).
+
+    ``fit()`` runs to ``max_steps``; ``train_step()`` does one optimizer step; ``evaluate()``
+    returns the mean token loss and perplexity over the whole validation split. ``history`` holds
+    lists (``step, lr, train_loss, grad_norm, tokens_seen, time``; ``val_loss``, ``val_perplexity``
+    at the steps in ``val_loss_step``), ready for :func:`fundamentallm.viz.plot_loss_curves`.
+
+    Reproducibility: the constructor seeds torch's global generator (dropout) with
+    ``config.seed`` and keeps a private generator for batches, so on the CPU the same seed gives a
+    bitwise-identical history; ``state_dict()`` captures both for exact resumption.
+    Under ``torch.distributed`` (see :mod:`fundamentallm.distributed`) every rank draws the same
+    global batch and trains on its slice; DDP averages the gradients.
+    """
+
+    def __init__(self, model: nn.Module, train_data, val_data=None,
+                 config: Optional[TrainConfig] = None) -> None:
+        self.config = c = config if config is not None else TrainConfig()
+        if not isinstance(c, TrainConfig):
+            raise TypeError(f"config must be a TrainConfig, got {type(c).__name__}")
+        self.device = get_device(c.device)
+        torch.manual_seed(c.seed)
+        self.generator = torch.Generator().manual_seed(c.seed)
+        self.model = model.to(self.device)
+        block_size = c.block_size or getattr(getattr(model, "config", None), "max_seq_len", None)
+        self.train_source = _Source(train_data, block_size)
+        self.val_source = _Source(val_data, block_size) if val_data is not None else None
+        self.amp_dtype = self._resolve_precision()
+        self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+        self.optimizer = make_optimizer(self.model, c)
+        self.rank, self.world_size = 0, 1
+        self.forward_model = self.model
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            self.rank, self.world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+            if c.batch_size % self.world_size:
+                raise ValueError(f"batch_size={c.batch_size} must be divisible by the world size {self.world_size}")
+            ids = [self.device.index or 0] if self.device.type == "cuda" else None
+            self.forward_model = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        if c.compile:
+            self.forward_model = torch.compile(self.forward_model)
+        self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
+        self.history: dict[str, list] = {k: [] for k in (
+            "step", "lr", "train_loss", "grad_norm", "tokens_seen", "time",
+            "val_loss", "val_perplexity", "val_loss_step")}
+
+    def _resolve_precision(self) -> Optional[torch.dtype]:
+        """Mixed precision only on CUDA (bf16 where supported, else fp16); CPU/MPS stay fp32."""
+        mode = self.config.mixed_precision
+        if self.device.type != "cuda" or mode == "off":
+            return None
+        if mode == "auto":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if mode == "bf16" else torch.float16
+
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def _loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...], smoothing: float) -> torch.Tensor:
+        x, y = batch[0], batch[1]
+        kwargs = {"attention_mask": batch[2]} if len(batch) > 2 else {}
+        with self._autocast():
+            if smoothing == 0.0:
+                return model(x, y, **kwargs)[1]
+            logits = model(x, **kwargs)[0]
+        # Label smoothing (Szegedy et al. 2016): the target puts 1 - eps on the true class and
+        # spreads eps uniformly, which stops the logits from growing without bound.
+        return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten().long(),
+                               ignore_index=-100, label_smoothing=smoothing)
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step over ``grad_accum_steps`` micro-batches; returns loss, lr, grad norm."""
+        c = self.config
+        self.model.train()
+        t0 = time.perf_counter()
+        lr = lr_at(self.step, c)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        total = torch.zeros((), device=self.device)
+        per_rank = c.batch_size // self.world_size
+        for micro in range(c.grad_accum_steps):
+            batch = self.train_source.sample(c.batch_size, self.generator)  # the same on every rank
+            self.tokens_seen += batch[0].numel()
+            batch = tuple(t[self.rank * per_rank:(self.rank + 1) * per_rank].to(self.device) for t in batch)
+            last = micro == c.grad_accum_steps - 1
+            sync = contextlib.nullcontext() if last or self.world_size == 1 else self.forward_model.no_sync()
+            with sync:
+                loss = self._loss(self.forward_model, batch, c.label_smoothing) / c.grad_accum_steps
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            total += loss.detach()
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip or float("inf"))
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.world_size > 1:  # log the global mean loss, as one process would
+            torch.distributed.all_reduce(total)
+            total /= self.world_size
+        self.step += 1
+        self.elapsed += time.perf_counter() - t0
+        return {"loss": total.item(), "lr": lr, "grad_norm": grad_norm.item()}
+
+    @torch.no_grad()
+    def evaluate(self, data=None, max_batches: Optional[int] = None) -> dict[str, float]:
+        """Mean loss per target token (targets of -100 excluded) and perplexity ``exp(loss)`` over
+        the whole validation split (or ``data``; ``max_batches`` caps the work)."""
+        source = self.val_source if data is None else _Source(data, self.train_source.block_size)
+        if source is None:
+            raise ValueError("no validation data: pass val_data to Trainer or data to evaluate()")
+        max_batches = max_batches if max_batches is not None else self.config.eval_batches
+        self.model.eval()
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # (loss · count, count)
+        for i, batch in enumerate(source.batches(self.config.eval_batch_size or self.config.batch_size)):
+            if max_batches is not None and i >= max_batches:
+                break
+            if i % self.world_size != self.rank:
+                continue
+            batch = tuple(t.to(self.device) for t in batch)
+            loss = self._loss(self.model, batch, 0.0)
+            count = (batch[1] != -100).sum()
+            sums += torch.stack([loss.double() * count, count.double()])
+        if self.world_size > 1:
+            torch.distributed.all_reduce(sums)
+        val_loss = (sums[0] / sums[1]).item()
+        return {"val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0))}
+
+    def _log(self, metrics: dict[str, float]) -> None:
+        h = self.history
+        for key, value in (("step", self.step), ("lr", metrics["lr"]), ("train_loss", metrics["loss"]),
+                           ("grad_norm", metrics["grad_norm"]), ("tokens_seen", self.tokens_seen),
+                           ("time", self.elapsed)):
+            h[key].append(value)
+
+    def fit(self, steps: Optional[int] = None,
+            callback: Optional[Callable[[Trainer, dict[str, float]], None]] = None) -> dict[str, list]:
+        """Train ``steps`` more optimizer steps (default: up to ``max_steps``), evaluating every
+        ``eval_interval`` steps and at ``max_steps``; ``callback(trainer, metrics)`` runs after
+        each evaluation. Returns ``history``."""
+        c = self.config
+        end = c.max_steps if steps is None else min(c.max_steps, self.step + steps)
+        bar = tqdm(total=c.max_steps, initial=self.step, disable=not c.progress or self.rank != 0,
+                   dynamic_ncols=True, desc="train")
+        while self.step < end:
+            metrics = self.train_step()
+            if self.step % c.log_interval == 0 or self.step == end:
+                self._log(metrics)
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{metrics['lr']:.2e}", refresh=False)
+            bar.update(1)
+            at_interval = c.eval_interval and self.step % c.eval_interval == 0
+            if self.val_source is not None and (at_interval or self.step == c.max_steps):
+                result = self.evaluate()
+                self.history["val_loss"].append(result["val_loss"])
+                self.history["val_perplexity"].append(result["val_perplexity"])
+                self.history["val_loss_step"].append(self.step)
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}", val_loss=f"{result['val_loss']:.4f}")
+                if callback is not None:
+                    callback(self, {"step": self.step, "train_loss": metrics["loss"], **result})
+        bar.close()
+        return self.history
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: step, optimizer, RNG states, history."""
+        state = {"step": self.step, "tokens_seen": self.tokens_seen, "elapsed": self.elapsed,
+                 "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+                 "torch_rng": torch.get_rng_state(), "history": self.history,
+                 "config": self.config.to_dict()}
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        if torch.cuda.is_available():
+            state["cuda_rng"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens_seen"], state["elapsed"]
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        if "cuda_rng" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+        self.history = {k: list(v) for k, v in state["history"].items()}
