@@ -93,3 +93,51 @@ def plot_loss_curves(history: dict, keys: Sequence[str] = ("train_loss", "val_lo
     if title:
         ax.set_title(title)
     return fig if fig is not None else ax.figure
+
+
+def plot_attention_grid(attentions, tokens: Optional[Sequence[str]] = None, title: Optional[str] = None,
+                        cell_size: float = 2.4):
+    """Grid of heatmaps, one row per layer and one column per head, for a model's attention:
+    a sequence of ``(H, T_q, T_k)`` arrays (one per layer) or one ``(L, H, T_q, T_k)`` array."""
+    ws = [_np(w) for w in attentions]
+    if not ws or any(w.ndim != 3 for w in ws) or len({w.shape for w in ws}) != 1:
+        raise ValueError("attentions must be a non-empty sequence of equally shaped (H, T_q, T_k) "
+                         f"arrays, got shapes {[w.shape for w in ws]}")
+    L, H = len(ws), ws[0].shape[0]
+    fig, axes = plt.subplots(L, H, figsize=(cell_size * H, cell_size * L + 0.4), squeeze=False)
+    for layer, w in enumerate(ws):
+        for head in range(H):
+            ax = axes[layer, head]
+            ax.imshow(w[head], cmap="viridis", vmin=0.0, vmax=1.0)
+            if tokens is not None:
+                ax.set_xticks(range(len(tokens)), labels=list(tokens), fontsize=7)
+                ax.set_yticks(range(len(tokens)), labels=list(tokens), fontsize=7)
+            else:
+                ax.set_xticks([])
+                ax.set_yticks([])
+            ax.set_title(f"layer {layer}, head {head}", fontsize=9)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_positional_encoding(pe, ax=None, title: Optional[str] = None, cmap: str = "RdBu_r"):
+    """Heatmap of a ``(max_seq_len, d_model)`` positional-encoding table: one row per position,
+    one column per channel, on a colour scale symmetric around zero."""
+    p = _np(pe)
+    if p.ndim != 2:
+        raise ValueError(f"pe must be (max_seq_len, d_model), got shape {p.shape}")
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+    limit = max(1e-9, float(np.abs(p).max()))
+    im = ax.imshow(p, cmap=cmap, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
+    ax.set_xlabel("channel")
+    ax.set_ylabel("position")
+    if title:
+        ax.set_title(title)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046)
+    if fig is not None:
+        fig.tight_layout()
+    return fig if fig is not None else ax.figure
