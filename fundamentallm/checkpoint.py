@@ -94,10 +94,6 @@ def save_checkpoint(path: PathLike, model: nn.Module, config: Optional[Transform
         raise TypeError(f"config must be a TransformerConfig (or model.config one), got {type(config).__name__}")
     if trainer is not None and optimizer is not None:
         raise ValueError("pass either trainer (which owns its optimizer) or optimizer, not both")
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    state, _ = _unique_state(model)
-    save_file(state, str(path / "model.safetensors"), metadata={"format": "fundamentallm"})
     kwargs = {}
     if isinstance(model, TransformerClassifier):
         kwargs = {"num_classes": model.num_classes, "pooling": model.pooling}
@@ -109,6 +105,10 @@ def save_checkpoint(path: PathLike, model: nn.Module, config: Optional[Transform
         text = json.dumps(meta, indent=2)
     except TypeError as err:
         raise TypeError(f"extra must be JSON-serialisable: {err}") from err
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    state, _ = _unique_state(model)
+    save_file(state, str(path / "model.safetensors"), metadata={"format": "fundamentallm"})
     (path / "checkpoint.json").write_text(text, encoding="utf-8")
     if tokenizer is not None:
         tokenizer.save(path / "tokenizer.json")

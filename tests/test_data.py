@@ -1,0 +1,166 @@
+"""Data: corpora (no network), shifted windows, batches, the split, and the digit task."""
+
+import hashlib
+
+import pytest
+import torch
+
+from fundamentallm import data
+from fundamentallm.data import (
+    DIGIT_VOCAB,
+    TextDataset,
+    decode_digits,
+    digit_operations,
+    encode_digits,
+    get_batch,
+    load_corpus,
+    train_val_split,
+)
+
+
+def test_python_docs_corpus_is_builtin():
+    from pydoc_data.topics import topics
+
+    text = load_corpus("python-docs")
+    assert text == "\n".join(topics[k] for k in sorted(topics))
+    assert len(text) > 100_000
+
+
+def test_load_corpus_from_path(tmp_path):
+    (tmp_path / "c.txt").write_text("héllo\n", encoding="utf-8")
+    assert load_corpus(tmp_path / "c.txt") == "héllo\n"
+    assert load_corpus(str(tmp_path / "c.txt")) == "héllo\n"
+
+
+def test_unknown_corpus_lists_names():
+    with pytest.raises(ValueError, match="known corpora: 'python-docs', 'tinyshakespeare'"):
+        load_corpus("no-such-corpus")
+
+
+@pytest.fixture
+def fake_download(tmp_path, monkeypatch):
+    """A cache in tmp_path and a downloader that never touches the network."""
+    content = b"First Citizen:\nBefore we proceed any further, hear me speak.\n"
+    monkeypatch.setenv("FUNDAMENTALLM_CACHE", str(tmp_path / "cache"))
+    url, _ = data.DOWNLOADS["tinyshakespeare"]
+    monkeypatch.setitem(data.DOWNLOADS, "tinyshakespeare", (url, hashlib.sha256(content).hexdigest()))
+    calls = []
+
+    def downloader(u, dest):
+        calls.append(u)
+        dest.write_bytes(content)
+
+    monkeypatch.setattr(data, "_download", downloader)
+    return content, calls
+
+
+def test_download_is_cached_and_verified(fake_download, tmp_path):
+    content, calls = fake_download
+    assert load_corpus("tinyshakespeare") == content.decode()
+    assert load_corpus("tinyshakespeare") == content.decode()
+    assert len(calls) == 1  # the second call reads the cache
+    assert (tmp_path / "cache" / "tinyshakespeare.txt").read_bytes() == content
+
+
+def test_preplaced_cache_file_needs_no_download(fake_download, tmp_path):
+    content, calls = fake_download
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "tinyshakespeare.txt").write_bytes(content)
+    assert load_corpus("tinyshakespeare") == content.decode()
+    assert calls == []
+
+
+def test_checksum_mismatch_is_reported(fake_download, tmp_path):
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "tinyshakespeare.txt").write_bytes(b"tampered")
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        load_corpus("tinyshakespeare")
+
+
+def test_offline_error_says_how_to_pass_a_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("FUNDAMENTALLM_CACHE", str(tmp_path))
+
+    def offline(url, dest):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(data, "_download", offline)
+    with pytest.raises(RuntimeError, match=r"load_corpus\('/path/to/tinyshakespeare.txt'\)"):
+        load_corpus("tinyshakespeare")
+    assert not any(tmp_path.iterdir())  # no partial file left behind
+
+
+def test_text_dataset_windows_are_shifted():
+    ids = torch.arange(10)
+    ds = TextDataset(ids, block_size=4)
+    assert len(ds) == 6
+    x, y = ds[0]
+    assert x.tolist() == [0, 1, 2, 3] and y.tolist() == [1, 2, 3, 4]
+    assert ds[-1][1].tolist() == [6, 7, 8, 9]
+    eval_ds = TextDataset(list(range(10)), block_size=4, stride=4)
+    assert [x.tolist() for x, _ in eval_ds] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    with pytest.raises(IndexError):
+        ds[6]
+    with pytest.raises(ValueError, match="block_size=0"):
+        TextDataset(ids, 0)
+    with pytest.raises(ValueError, match="too few"):
+        TextDataset(ids, 10)
+
+
+def test_train_val_split_takes_the_last_fraction():
+    train, val = train_val_split(list(range(100)), 0.1)
+    assert train == list(range(90)) and val == list(range(90, 100))
+    t_train, t_val = train_val_split(torch.arange(100), 0.25)
+    assert len(t_train) == 75 and t_val[0].item() == 75
+    with pytest.raises(ValueError, match="val_fraction=1.5"):
+        train_val_split([1, 2], 1.5)
+
+
+def test_get_batch_is_seeded_and_shifted():
+    ids = torch.arange(1000)
+    x1, y1 = get_batch(ids, 8, 16, torch.Generator().manual_seed(3))
+    x2, _ = get_batch(ids, 8, 16, torch.Generator().manual_seed(3))
+    assert x1.shape == y1.shape == (8, 16)
+    assert torch.equal(x1, x2)
+    assert torch.equal(y1, x1 + 1)  # arange: the target is the next id
+
+
+def test_digit_vocabulary_has_20_tokens():
+    assert len(DIGIT_VOCAB) == 20 and len(set(DIGIT_VOCAB)) == 20
+    assert decode_digits(encode_digits("Max ( 3 5 1 )")) == "Max ( 3 5 1 )"
+    with pytest.raises(ValueError, match="unknown token"):
+        encode_digits("Sum ( 1 2 )")
+
+
+def test_digit_operations_answers_and_framings():
+    task = digit_operations(300, 50, 50, min_len=2, max_len=5, seed=1)
+    assert (len(task.train), len(task.val), len(task.test)) == (300, 50, 50)
+    split = task.train
+    for i in range(50):
+        op, d = split.operations[i], split.digits[i]
+        want = {"First": d[0], "Second": d[1], "Last": d[-1], "Max": max(d), "Min": min(d)}[op]
+        assert split.labels[i].item() == want
+        assert decode_digits(split.input_ids[i]) == f"<cls> {op} ( {' '.join(map(str, d))} )"
+        assert split.attention_mask[i].sum().item() == len(d) + 4
+        assert decode_digits(split.lm_input_ids[i]) == f"{op} ( {' '.join(map(str, d))} ) {want}"
+        scored = (split.lm_targets[i] != -100).nonzero().flatten().tolist()
+        assert scored == [len(d) + 2]  # only the position of ")" is scored
+        assert split.lm_targets[i, scored[0]].item() == split.lm_input_ids[i, scored[0] + 1].item()
+    x, y, mask = split.classification()[0]
+    assert x.shape == mask.shape == (9,) and y.dim() == 0
+
+
+def test_digit_operations_is_seeded_and_splits_are_disjoint():
+    a, b = digit_operations(200, 50, 50, seed=7), digit_operations(200, 50, 50, seed=7)
+    assert torch.equal(a.train.input_ids, b.train.input_ids)
+    assert not torch.equal(a.train.input_ids, digit_operations(200, 50, 50, seed=8).train.input_ids)
+    keys = [set(zip(s.operations, map(tuple, s.digits))) for s in (a.train, a.val, a.test)]
+    assert sum(map(len, keys)) == 300 and len(set.union(*keys)) == 300
+
+
+def test_digit_operations_errors():
+    with pytest.raises(ValueError, match="min_len=1"):
+        digit_operations(min_len=1)
+    with pytest.raises(ValueError, match="operations="):
+        digit_operations(operations=["Sum"])
+    with pytest.raises(ValueError, match="distinct examples"):
+        digit_operations(1000, 0, 0, min_len=2, max_len=2)

@@ -1,0 +1,159 @@
+"""Trainer: schedule, optimizer groups, determinism, accumulation, smoothing, evaluation."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fundamentallm import Transformer, TransformerClassifier, TransformerConfig
+from fundamentallm.data import TextDataset, digit_operations
+from fundamentallm.training import TrainConfig, Trainer, lr_at, make_optimizer
+
+VOCAB = 16
+
+
+def tiny_model(seed=0, **overrides):
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=VOCAB, d_model=32, num_heads=2, num_layers=1, max_seq_len=16)
+    return Transformer(TransformerConfig(**{**cfg, **overrides}))
+
+
+def stream(n=2000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(VOCAB, (n,), generator=g)
+
+
+def config(**overrides):
+    base = dict(max_steps=6, batch_size=4, warmup_steps=2, progress=False, device="cpu", lr=3e-3)
+    return TrainConfig(**{**base, **overrides})
+
+
+def test_lr_schedules_known_values():
+    c = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=110)
+    assert lr_at(0, c) == pytest.approx(0.1)
+    assert lr_at(9, c) == pytest.approx(1.0)  # end of warmup: the peak
+    assert lr_at(59, c) == pytest.approx(0.55)  # halfway through the cosine
+    assert lr_at(109, c) == pytest.approx(0.1) and lr_at(500, c) == pytest.approx(0.1)
+    inv = TrainConfig(lr=1.0, warmup_steps=4, schedule="inverse_sqrt")
+    assert [lr_at(s, inv) for s in (0, 3, 15)] == pytest.approx([0.25, 1.0, 0.5])
+    # proportional to Vaswani et al.'s d_model^-0.5 * min(s^-0.5, s * w^-1.5)
+    vaswani = [min(s**-0.5, s * 4**-1.5) for s in range(1, 50)]
+    ours = [lr_at(s - 1, inv) for s in range(1, 50)]
+    assert ours == pytest.approx([v / max(vaswani) for v in vaswani])
+    const = TrainConfig(lr=2.0, warmup_steps=2, schedule="constant")
+    assert [lr_at(s, const) for s in (0, 1, 100)] == [1.0, 2.0, 2.0]
+    assert TrainConfig(lr=1.0).min_lr is None and lr_at(10**6, TrainConfig(lr=1.0)) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("field,value", [("lr", 0), ("schedule", "linear"), ("batch_size", 0),
+                                         ("mixed_precision", "fp8"), ("label_smoothing", 1.0),
+                                         ("betas", (0.9, 1.5)), ("grad_accum_steps", 1.5),
+                                         ("device", "tpu"), ("progress", "no")])
+def test_train_config_validation_names_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**{field: value})
+    with pytest.raises(ValueError, match="min_lr"):
+        TrainConfig(lr=1e-3, min_lr=1e-2)
+
+
+def test_weight_decay_only_on_matrices():
+    model = tiny_model()
+    opt = make_optimizer(model, TrainConfig(weight_decay=0.1))
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    assert any(p is model.token_embedding.weight for p in decay["params"])  # tied, listed once
+
+
+def test_same_seed_gives_bitwise_identical_history():
+    runs = []
+    for _ in range(2):
+        trainer = Trainer(tiny_model(dropout=0.1), stream(), stream(300, 1), config(eval_interval=3))
+        history = trainer.fit()
+        runs.append((history, [p.clone() for p in trainer.model.parameters()]))
+    (h1, p1), (h2, p2) = runs
+    for key in ("step", "lr", "train_loss", "grad_norm", "tokens_seen", "val_loss", "val_loss_step"):
+        assert h1[key] == h2[key], key
+    assert all(torch.equal(a, b) for a, b in zip(p1, p2))
+    assert h1["step"] == list(range(1, 7)) and h1["val_loss_step"] == [3, 6]
+    assert h1["tokens_seen"][-1] == 6 * 4 * 16
+    third = Trainer(tiny_model(dropout=0.1), stream(), None, config(seed=1)).fit()
+    assert third["train_loss"] != h1["train_loss"]
+
+
+def test_training_reduces_the_loss():
+    ids = torch.arange(3000) % 8  # a periodic stream: perfectly predictable
+    trainer = Trainer(tiny_model(), ids, ids[:500], config(max_steps=40, lr=1e-2))
+    before = trainer.evaluate()["val_loss"]
+    trainer.fit()
+    assert trainer.history["val_loss"][-1] < before / 3
+
+
+def test_gradient_accumulation_equals_a_bigger_batch():
+    results = []
+    for batch, accum in ((8, 1), (4, 2)):
+        t = Trainer(tiny_model(), stream(), None, config(batch_size=batch, grad_accum_steps=accum))
+        t.fit(steps=3)
+        results.append((t.history["train_loss"], [p.detach().clone() for p in t.model.parameters()]))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_grad_clip_and_label_smoothing():
+    t = Trainer(tiny_model(), stream(), None, config(grad_clip=1e-3, label_smoothing=0.1, max_steps=1))
+    x, y = t.train_source.sample(4, torch.Generator().manual_seed(0))
+    logits, _ = tiny_model()(x, y)
+    expected = F.cross_entropy(logits.flatten(0, 1), y.flatten(), label_smoothing=0.1)
+    metrics = t.train_step()
+    assert metrics["loss"] == pytest.approx(expected.item(), rel=1e-5)
+    assert metrics["grad_norm"] > 1e-3  # recorded before clipping
+
+
+def test_evaluate_covers_the_whole_split():
+    model, val = tiny_model(), stream(16 * 10 + 5, 2)  # 10 full windows + a short tail
+    t = Trainer(model, stream(), val, config(eval_batch_size=3))
+    result = t.evaluate()
+    windows = val[:161].view(-1)  # the 10 windows (and their targets) cover ids[0:161]
+    x = torch.stack([windows[i * 16:(i + 1) * 16] for i in range(10)])
+    y = torch.stack([windows[i * 16 + 1:(i + 1) * 16 + 1] for i in range(10)])
+    with torch.no_grad():
+        expected = model(x, y)[1].item()
+    assert result["val_loss"] == pytest.approx(expected, rel=1e-5)
+    assert result["val_perplexity"] == pytest.approx(math.exp(expected), rel=1e-5)
+    same = t.evaluate(TextDataset(val, 16, stride=16))
+    assert same["val_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_classifier_with_padding_masks_trains():
+    task = digit_operations(200, 40, 40, seed=0)
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=20, d_model=32, num_heads=2, num_layers=1, max_seq_len=16, causal=False)
+    model = TransformerClassifier(cfg, num_classes=10, pooling="mean")
+    t = Trainer(model, task.train.classification(), task.val.classification(), config(max_steps=10, batch_size=16))
+    history = t.fit()
+    assert len(history["train_loss"]) == 10 and len(history["val_loss"]) == 1
+    assert math.isfinite(history["val_loss"][0])
+    tensors = (task.train.input_ids, task.train.labels, task.train.attention_mask)
+    assert Trainer(model, tensors, None, config(max_steps=1, batch_size=8)).train_step()["loss"] > 0
+
+
+def test_fit_in_two_parts_equals_one_fit():
+    a = Trainer(tiny_model(dropout=0.1), stream(), None, config())
+    a.fit()
+    b = Trainer(tiny_model(dropout=0.1), stream(), None, config())
+    b.fit(steps=2)
+    assert b.step == 2
+    b.fit()
+    assert a.history["train_loss"] == b.history["train_loss"]
+
+
+def test_bad_data_is_reported():
+    with pytest.raises(ValueError, match="too few"):
+        Trainer(tiny_model(), torch.arange(10) % VOCAB, None, config())
+    with pytest.raises(ValueError, match="no validation data"):
+        Trainer(tiny_model(), stream(), None, config()).evaluate()
+    with pytest.raises(TypeError, match="TrainConfig"):
+        Trainer(tiny_model(), stream(), None, {"lr": 1e-3})
