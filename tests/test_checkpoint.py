@@ -11,7 +11,7 @@ import torch
 from fundamentallm import Transformer, TransformerClassifier, TransformerConfig
 from fundamentallm.checkpoint import load_checkpoint, save_checkpoint
 from fundamentallm.tokenizers import CharacterTokenizer
-from fundamentallm.training import TrainConfig, Trainer
+from fundamentallm.training import TrainConfig
 
 CFG = dict(vocab_size=16, d_model=32, num_heads=2, num_layers=1, max_seq_len=16, dropout=0.1)
 
@@ -19,7 +19,7 @@ CFG = dict(vocab_size=16, d_model=32, num_heads=2, num_layers=1, max_seq_len=16,
 SETUP = """
 import torch
 from fundamentallm import Transformer, TransformerConfig
-from fundamentallm.training import TrainConfig, Trainer
+from fundamentallm.training import TrainConfig
 
 def make_trainer():
     torch.manual_seed(0)
