@@ -501,13 +501,16 @@ def check_merge_heads(merge_heads: Callable) -> str:
     cases = [(2, 2, 5, 4), (1, 3, 4, 4), (3, 1, 2, 6), (2, 4, 3, 1)]
     for B, H, T, D in cases:
         x = torch.randn(B, T, H * D, generator=g)
-        heads = _ref_split_heads(x, H)  # (B, H, T, D), not contiguous
-        what = f"merge_heads(x of shape {(B, H, T, D)})"
-        out = merge_heads(heads)
-        check_shape(out, (B, T, H * D), what=what)
-        assert_same(out, x, what=f"{what} (it must undo split_heads exactly: token t's channels "
-                                 f"h·D..(h+1)·D-1 come from head h)")
-    return f"{len(cases)} shapes, including non-contiguous inputs"
+        # A view of x (as split_heads returns it) and a contiguous copy (as attention outputs are):
+        # after the transpose back, only the first can be .view()-ed without .contiguous().
+        for layout, heads in (("a view", _ref_split_heads(x, H)),
+                              ("contiguous", _ref_split_heads(x, H).contiguous())):
+            what = f"merge_heads(x of shape {(B, H, T, D)}, {layout})"
+            out = merge_heads(heads)
+            check_shape(out, (B, T, H * D), what=what)
+            assert_same(out, x, what=f"{what} (it must undo split_heads exactly: token t's "
+                                     f"channels h·D..(h+1)·D-1 come from head h)")
+    return f"{len(cases)} shapes, as views and as contiguous tensors"
 
 
 @exercise_check
