@@ -242,5 +242,10 @@ class TransformerClassifier(_Backbone):
                     else torch.ones(h.shape[:2], dtype=h.dtype, device=h.device)).unsqueeze(-1)  # (B, T, 1)
             pooled = (h * keep).sum(1) / keep.sum(1).clamp(min=1)
         logits = self.head(pooled)  # (B, num_classes)
-        loss = F.cross_entropy(logits, targets.long()) if targets is not None else None
+        loss = None
+        if targets is not None:
+            if tuple(targets.shape) != (logits.shape[0],):
+                raise ValueError(f"targets must have shape (B,) = ({logits.shape[0]},) (one class per "
+                                 f"sequence), got {tuple(targets.shape)}")
+            loss = F.cross_entropy(logits, targets.long())
         return (logits, loss, attentions) if return_attention else (logits, loss)

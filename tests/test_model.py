@@ -315,6 +315,8 @@ def test_classifier_errors():
         TransformerClassifier({"d_model": 32}, num_classes=2)
     with pytest.raises(ValueError, match="attention_mask"):
         _clf("mean")(_ids(B=2, T=6), attention_mask=torch.ones(2, 5))
+    with pytest.raises(ValueError, match=r"targets must have shape \(B,\)"):
+        _clf("mean")(_ids(B=2, T=6), targets=torch.zeros(2, 6, dtype=torch.long))
 
 
 # ---------------------------------------------------------------- errors
