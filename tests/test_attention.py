@@ -254,11 +254,14 @@ def test_mha_sdpa_path_equals_explicit_path(dtype):
     am = torch.ones(2, 9, dtype=torch.long)
     am[0, :3] = 0  # left padding: with causal, query 0..2 of row 0 see nothing
     bias = torch.randn(9, 9, dtype=dtype)
+    dead = torch.zeros(2, 1, 9, 9, dtype=dtype)
+    dead[0, :, 4] = float("-inf")  # query 4 of row 0 sees nothing: both paths give zeros
     for causal in (False, True):
         for r in (None, rope):
             _explicit_vs_sdpa(x, rope=r, causal=causal, dtype=dtype)
             _explicit_vs_sdpa(x, rope=r, causal=causal, mask=padding_mask(am), dtype=dtype)
             _explicit_vs_sdpa(x, rope=r, causal=causal, mask=bias, dtype=dtype)
+            _explicit_vs_sdpa(x, rope=r, causal=causal, mask=dead, dtype=dtype)
             _explicit_vs_sdpa(x, rope=r, causal=causal, mask=torch.rand(2, 1, 9, 9) > 0.3, dtype=dtype)
         _explicit_vs_sdpa(x, rope=rope, causal=True, cache=True, chunks=[1] * 9, dtype=dtype)
         _explicit_vs_sdpa(x, rope=rope, causal=True, cache=True, chunks=[4, 1, 3, 1], dtype=dtype)
