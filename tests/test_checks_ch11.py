@@ -53,6 +53,23 @@ def test_gradient_check_with_given_grads():
     assert gradient_check(lambda x: (x ** 3).sum(), x, grads=3 * x ** 2) < 1e-8
 
 
+def test_gradient_check_exactly_zero_gradient():
+    # A shift added to every logit does not change softmax: its gradient is exactly zero, and
+    # the numerical one is rounding noise. zero_tol makes that count as a match.
+    rng = np.random.default_rng(2)
+    z, c, G = rng.standard_normal((3, 4)), np.array([0.3]), rng.standard_normal((3, 4))
+
+    def f(z, c):
+        return (torch.softmax(torch.as_tensor(z + c), dim=-1) * torch.as_tensor(G)).sum()
+
+    y = torch.softmax(torch.tensor(z + c), dim=-1).numpy()
+    dz = y * (G - (G * y).sum(-1, keepdims=True))
+    assert gradient_check(f, [z, c], grads=[dz, np.zeros(1)]) < 1e-8
+    assert gradient_check(f, [z, c]) < 1e-8  # autograd route
+    assert gradient_check(f, [z, c], grads=[dz, np.zeros(1)], zero_tol=0.0) > 0.5
+    assert gradient_check(f, [z, c], grads=[dz, np.ones(1)]) > 0.5  # a nonzero answer is caught
+
+
 def test_gradient_check_bad_inputs():
     x = np.ones(3)
     with pytest.raises(ValueError, match="scalar"):
