@@ -1,0 +1,71 @@
+"""The command line, end to end in a temporary directory (tiny model, few steps, no network)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fundamentallm.__main__ import main
+
+TEXT = "def add(a, b):\n    return a + b\n\n" * 40 + "The quick brown fox jumps over the lazy dog.\n" * 40
+TINY = ["--preset", "nano", "--steps", "4", "--batch-size", "4", "--block-size", "16", "--no-progress"]
+
+
+def last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text(TEXT, encoding="utf-8")
+    return str(tmp_path / "corpus.txt")
+
+
+def test_train_generate_evaluate(corpus, tmp_path, capsys):
+    assert main(["train", "--corpus", corpus, *TINY]) == 0
+    out = capsys.readouterr().out
+    metrics = last_json(out)
+    assert metrics["command"] == "train" and metrics["steps"] == 4 and metrics["out"] == "runs/latest"
+    assert metrics["val_loss"] > 0 and "step 4/4" in out
+    assert {p.name for p in (tmp_path / "runs" / "latest").iterdir()} == {
+        "model.safetensors", "checkpoint.json", "tokenizer.json", "trainer.pt"}
+
+    assert main(["generate", "--prompt", "def", "--max-new-tokens", "12", "--seed", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("def") and last_json(lines[-1])["new_tokens"] == 12
+
+    assert main(["evaluate"]) == 0
+    result = last_json(capsys.readouterr().out)
+    assert result["val_loss"] == pytest.approx(metrics["val_loss"], rel=1e-5)  # same split, same loss
+    assert result["windows"] == (result["val_tokens"] - 1) // 16
+
+
+def test_train_with_bpe(corpus, tmp_path, capsys):
+    args = ["train", "--corpus", corpus, "--tokenizer", "bpe", "--vocab-size", "300", "--out", "bpe", *TINY]
+    assert main(args) == 0
+    assert last_json(capsys.readouterr().out)["tokenizer"] == "bpe"
+    assert json.loads((tmp_path / "bpe" / "tokenizer.json").read_text())["type"] == "ByteBPETokenizer"
+
+
+def test_generate_runs_as_a_module_with_no_flags(corpus, tmp_path, capsys):
+    assert main(["train", "--corpus", corpus, *TINY]) == 0
+    capsys.readouterr()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "fundamentallm", "generate"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert last_json(done.stdout)["new_tokens"] == 200
+
+
+def test_errors_are_reported_not_raised(corpus, tmp_path, capsys):
+    assert main(["generate", "--checkpoint", str(tmp_path / "missing")]) == 2
+    assert "not a checkpoint directory" in capsys.readouterr().err
+    assert main(["train", "--corpus", "no-such-corpus", *TINY]) == 2
+    assert "known corpora" in capsys.readouterr().err
+    assert main(["train", "--corpus", corpus, "--preset", "huge", "--steps", "1"]) == 2
+    assert "preset='huge'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--tokenizer", "word"])
