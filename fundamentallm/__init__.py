@@ -3,8 +3,16 @@
 Each module holds one idea; the book builds each piece from scratch and proves it equal to these.
 """
 
-from .attention import KVCache, MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
+from .attention import (
+    KVCache,
+    MultiHeadAttention,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+)
+from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TransformerConfig
+from .data import TextDataset, digit_operations, load_corpus, train_val_split
 from .feedforward import FeedForward
 from .model import Transformer, TransformerBlock, TransformerClassifier
 from .norms import LayerNorm, RMSNorm
@@ -15,11 +23,15 @@ from .positions import (
     create_positional_encoding,
 )
 from .registry import ModelRegistry
+from .tokenizers import ByteBPETokenizer, CharacterTokenizer
+from .training import TrainConfig, Trainer
 from .utils import get_device, set_seed
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ByteBPETokenizer", "CharacterTokenizer", "TextDataset", "TrainConfig", "Trainer",
+    "digit_operations", "load_checkpoint", "load_corpus", "save_checkpoint", "train_val_split",
     "FeedForward", "KVCache", "LayerNorm", "LearnedPositionalEncoding", "ModelRegistry",
     "MultiHeadAttention", "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding",
     "Transformer", "TransformerBlock", "TransformerClassifier", "TransformerConfig",
