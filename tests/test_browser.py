@@ -1,0 +1,308 @@
+"""The built book in a real browser: every chapter page renders its title, figures and math, has
+a working Colab link and collapsed solutions that open on click, and logs no console error.
+
+Needs the built HTML (``jupyter-book build . --all``), Debian's Chromium (``/usr/bin/chromium``),
+Python ``playwright`` (driving that executable; no browser download) and a local MathJax 3
+(``npm install mathjax@3``; see ``mathjax_dir``). Without them the tests are skipped, unless
+``FUNDAMENTALLM_REQUIRE_BROWSER=1`` (as in ``.ci/run``), where anything missing is a failure.
+
+The pages are served from ``_build/html`` on 127.0.0.1; every other request is aborted, except
+MathJax's CDN requests, which are answered from the local MathJax copy (the built book keeps
+loading MathJax from its CDN, as readers need). ``FUNDAMENTALLM_SCREENSHOTS=DIR`` saves a
+full-page PNG of each chapter (solutions closed, then one opened) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import mimetypes
+import os
+import re
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+CHROMIUM = Path(os.environ.get("FUNDAMENTALLM_CHROMIUM", "/usr/bin/chromium"))
+REQUIRED = os.environ.get("FUNDAMENTALLM_REQUIRE_BROWSER") == "1"
+SCREENSHOTS = os.environ.get("FUNDAMENTALLM_SCREENSHOTS")
+MATHJAX_CDN = re.compile(r"^https://cdn\.jsdelivr\.net/npm/mathjax@3[^/]*/(?P<path>[^?#]+)")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-background-networking", "--disable-component-update", "--disable-default-apps",
+    "--disable-domain-reliability", "--disable-sync", "--no-first-run", "--no-default-browser-check",
+    "--disable-features=Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider",
+    "--metrics-recording-only", "--safebrowsing-disable-auto-update",
+]
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPO_URL = CONFIG["repository"]["url"]
+BRANCH = CONFIG["repository"].get("branch", "main")
+
+
+def _toc_entries() -> list[str]:
+    return re.findall(r"^\s*(?:-\s*)?(?:file|root):\s*(\S+)\s*$", (ROOT / "_toc.yml").read_text(), flags=re.M)
+
+
+CHAPTERS = [e for e in _toc_entries() if (ROOT / f"{e}.ipynb").exists()]
+
+
+def mathjax_dir() -> Path | None:
+    """A local MathJax 3 package: $FUNDAMENTALLM_MATHJAX_DIR, or npm's install under
+    ~/.cache/fundamentallm (where .ci/run puts it), or a global npm install."""
+    candidates = [os.environ.get("FUNDAMENTALLM_MATHJAX_DIR", ""),
+                  Path.home() / ".cache/fundamentallm/node_modules/mathjax",
+                  "/usr/local/lib/node_modules/mathjax", "/usr/lib/node_modules/mathjax"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "es5" / "tex-mml-chtml.js").exists():
+            return Path(candidate)
+    return None
+
+
+def _missing() -> str | None:
+    if not (HTML / "index.html").exists():
+        return f"no built book at {HTML} (run `jupyter-book build . --all`)"
+    if not CHROMIUM.exists():
+        return f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Python playwright is not installed (pip install playwright)"
+    if mathjax_dir() is None:
+        return "no local MathJax 3 (npm install --prefix ~/.cache/fundamentallm mathjax@3)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def site():
+    """Serve _build/html on a free 127.0.0.1 port for the module; yields the base URL."""
+    reason = _missing()
+    if reason:
+        if REQUIRED:
+            pytest.fail(f"FUNDAMENTALLM_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser(site):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Page:
+    """A page opened offline, with its console errors and the external requests it tried."""
+
+    def __init__(self, browser, url: str):
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                           service_workers="block")
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.blocked: list[str] = []
+        mathjax = mathjax_dir()
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(
+            f"console: {m.text} ({m.location.get('url', '')})"))
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+
+        def route(r):
+            request_url = r.request.url
+            host = urlparse(request_url).hostname
+            if host == "127.0.0.1":
+                return r.continue_()
+            m = MATHJAX_CDN.match(request_url)
+            if m and mathjax is not None and (mathjax / m.group("path")).is_file():
+                path = mathjax / m.group("path")
+                kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+                return r.fulfill(status=200, body=path.read_bytes(), content_type=kind,
+                                 headers={"Access-Control-Allow-Origin": "*"})
+            self.blocked.append(request_url)
+            return r.abort()
+
+        self.context.route("**/*", route)
+        self.page.goto(url, wait_until="load")
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def open_page(browser):
+    pages = []
+
+    def _open(url):
+        pages.append(Page(browser, url))
+        return pages[-1]
+
+    yield _open
+    for p in pages:
+        p.close()
+
+
+def _notebook_title(entry: str) -> str:
+    import nbformat
+
+    nb = nbformat.read(ROOT / f"{entry}.ipynb", as_version=4)
+    first = nb.cells[0].source.splitlines()[0]
+    return re.sub(r"[`*_]", "", first.removeprefix("# ")).strip()
+
+
+def _wait_for_math(page) -> None:
+    """Wait until MathJax has typeset the page (it loads deferred)."""
+    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                           timeout=30_000)
+    page.evaluate("() => MathJax.startup.promise")
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=[Path(e).name for e in CHAPTERS])
+def test_chapter_page(site, open_page, entry):
+    html_file = HTML / f"{entry}.html"
+    assert html_file.exists(), f"{entry}.html was not built"
+    p = open_page(f"{site}/{entry}.html")
+    page, problems = p.page, []
+
+    # The title: the notebook's '# Title', numbered by the toc.
+    title = _notebook_title(entry)
+    h1 = page.locator("article h1").first
+    h1_text = h1.inner_text() if h1.count() else ""
+    if title not in h1_text:
+        problems.append(f"h1 is {h1_text!r}, expected it to contain the notebook title {title!r}")
+    if not re.match(r"\d+\.\s", h1_text):
+        problems.append(f"h1 {h1_text!r} carries no chapter number")
+
+    # Figures: at least one image, and none broken.
+    images = page.eval_on_selector_all(
+        "article img", "els => els.map(e => [e.getAttribute('src'), e.complete, e.naturalWidth])")
+    shown = [src for src, complete, width in images if complete and width > 0]
+    broken = [src for src, complete, width in images if not (complete and width > 0)]
+    if not shown:
+        problems.append("no figure: no <img> with naturalWidth > 0 in the article")
+    if broken:
+        problems.append(f"broken images: {broken}")
+
+    # Math: MathJax typeset every math element, without TeX errors.
+    n_math = page.locator("article .math").count()
+    if n_math == 0:
+        problems.append("no math on the page (the chapter has a '## The math' section)")
+    else:
+        try:
+            _wait_for_math(page)
+        except Exception as e:  # playwright's TimeoutError, or MathJax failing to start
+            problems.append(f"MathJax did not start: {e}".splitlines()[0])
+        untypeset = page.eval_on_selector_all(
+            "article .math", "els => els.filter(e => !e.querySelector('mjx-container')).length")
+        if untypeset:
+            problems.append(f"{untypeset} of {n_math} math elements were not typeset by MathJax")
+        tex_errors = page.eval_on_selector_all(
+            "article mjx-merror", "els => els.map(e => e.getAttribute('data-mjx-error') || e.textContent)")
+        if tex_errors:
+            problems.append(f"TeX errors: {tex_errors}")
+
+    # The Colab launch link points at this notebook in the repository.
+    expected_colab = (f"https://colab.research.google.com/github/{REPO_URL.removeprefix('https://github.com/')}"
+                      f"/blob/{BRANCH}/{entry}.ipynb")
+    colab = page.locator("a[href*='colab.research.google.com']")
+    hrefs = [colab.nth(i).get_attribute("href") for i in range(colab.count())]
+    if expected_colab not in hrefs:
+        problems.append(f"Colab link {hrefs} is not {expected_colab}")
+    else:
+        # It is reachable from the launch menu (the rocket button).
+        link = page.locator(f"a[href='{expected_colab}']").first
+        menu = page.locator(".dropdown-launch-buttons button").first
+        if menu.count():
+            menu.click()
+            try:
+                link.wait_for(state="visible", timeout=5_000)
+            except Exception:
+                problems.append("the Colab link does not appear when the launch menu is opened")
+            page.keyboard.press("Escape")
+            page.mouse.move(0, 0)
+
+    # Solutions: collapsed by default, opened by a click on their title.
+    solutions = page.locator("article .solution.dropdown")
+    n_solutions = solutions.count()
+    if n_solutions < 3:
+        problems.append(f"{n_solutions} dropdown solutions, expected >= 3")
+    for i in range(n_solutions):
+        solution = solutions.nth(i)
+        body = solution.locator(":scope > :not(.admonition-title)").first
+        if body.count() == 0 or body.is_visible():
+            problems.append(f"solution {i + 1} is not collapsed on load")
+            continue
+    if SCREENSHOTS:
+        out = Path(SCREENSHOTS)
+        out.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(out / f"{Path(entry).name}.png"), full_page=True)
+    for i in range(n_solutions):
+        solution = solutions.nth(i)
+        body = solution.locator(":scope > :not(.admonition-title)").first
+        # The chevron button in the title is the control (sphinx-togglebutton).
+        solution.locator(".admonition-title .toggle-button").first.click()
+        try:
+            body.wait_for(state="visible", timeout=5_000)
+        except Exception:
+            problems.append(f"solution {i + 1} does not open when its toggle button is clicked")
+    if SCREENSHOTS and n_solutions:
+        solutions.first.scroll_into_view_if_needed()
+        page.screenshot(path=str(Path(SCREENSHOTS) / f"{Path(entry).name}-solution.png"))
+
+    problems += p.errors
+    if p.blocked:
+        problems.append(f"the page requested external resources (blocked): {sorted(set(p.blocked))}")
+    assert not problems, f"{entry}.html:\n  " + "\n  ".join(problems)
+
+
+def test_index_redirects_to_the_intro_and_lists_every_page(site, open_page):
+    p = open_page(f"{site}/index.html")
+    page = p.page
+    page.wait_for_url(re.compile(r".*/book/intro\.html$"), timeout=10_000)
+    assert "Introduction" in page.locator("article h1").first.inner_text()
+    assert "FundamentaLLM" in page.title()
+    nav = page.eval_on_selector_all("nav.bd-links a.reference.internal", "els => els.map(e => e.getAttribute('href'))")
+    for entry in _toc_entries()[1:]:
+        name = Path(entry).name
+        assert any(href and href.split("#")[0].endswith(f"{name}.html") for href in nav), \
+            f"the sidebar does not link {entry}: {nav}"
+    n_numbered = page.locator("nav.bd-links a.reference.internal", has_text=re.compile(r"^\d+\.\s")).count()
+    assert n_numbered == len([e for e in _toc_entries() if re.match(r"book/\d\d_", e)])
+    assert not p.errors, p.errors
+    assert not p.blocked, f"external requests: {p.blocked}"
+
+
+def test_search_finds_pages(site, open_page):
+    p = open_page(f"{site}/search.html?q=attention")
+    page = p.page
+    results = page.locator("#search-results ul.search li")
+    results.first.wait_for(state="attached", timeout=30_000)
+    assert results.count() >= 1
+    assert not p.errors, p.errors
+    assert not p.blocked, f"external requests: {p.blocked}"
+
+
+def test_bibliography_page_lists_references(site, open_page):
+    p = open_page(f"{site}/book/bibliography.html")
+    text = p.page.locator("article").inner_text()
+    assert "attention is all you need" in text.lower()
+    assert not p.errors, p.errors
