@@ -143,6 +143,51 @@ def get_batch(data, batch_size: int, block_size: int,
     return chunks[:, :-1], chunks[:, 1:]
 
 
+class DataSource:
+    """One interface over the data formats the :class:`~fundamentallm.training.Trainer` accepts:
+    a 1-D token stream (random windows / all non-overlapping windows), a ``Dataset`` of
+    ``(x, y[, attention_mask])`` tuples, or such a tuple of tensors. ``sample`` draws a random
+    training batch; ``batches`` yields the whole split in order, for evaluation."""
+
+    def __init__(self, data, block_size: Optional[int]) -> None:
+        if isinstance(data, tuple) and all(isinstance(t, torch.Tensor) for t in data):
+            data = TensorDataset(*data)  # (inputs, targets[, attention_mask])
+        if isinstance(data, Dataset):
+            self.stream, self.dataset = None, data
+            if len(data) == 0:
+                raise ValueError("the dataset is empty")
+        else:
+            self.stream, self.dataset = _as_ids(data), None
+            if block_size is None:
+                raise ValueError("a token stream needs a block_size: set TrainConfig.block_size or "
+                                 "use a model with config.max_seq_len")
+            if len(self.stream) < block_size + 1:
+                raise ValueError(f"{len(self.stream)} tokens are too few for block_size={block_size}")
+        self.block_size = block_size
+
+    def _collate(self, idx: list[int]) -> tuple[torch.Tensor, ...]:
+        if isinstance(self.dataset, TensorDataset):  # fast path: index the tensors directly
+            return tuple(t[idx] for t in self.dataset.tensors)
+        items = [self.dataset[i] for i in idx]
+        return tuple(torch.stack([torch.as_tensor(item[j]) for item in items]) for j in range(len(items[0])))
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        if self.stream is not None:
+            return get_batch(self.stream, batch_size, self.block_size, generator)
+        return self._collate(torch.randint(len(self.dataset), (batch_size,), generator=generator).tolist())
+
+    def batches(self, batch_size: int):
+        if self.stream is not None:  # every non-overlapping window; a short tail is left out
+            T, n = self.block_size, (len(self.stream) - 1) // self.block_size
+            for b in range(0, n, batch_size):
+                starts = torch.arange(b, min(n, b + batch_size)) * T  # (B,)
+                chunks = self.stream[starts[:, None] + torch.arange(T + 1)]  # (B, T + 1)
+                yield chunks[:, :-1], chunks[:, 1:]
+        else:
+            for b in range(0, len(self.dataset), batch_size):
+                yield self._collate(list(range(b, min(len(self.dataset), b + batch_size))))
+
+
 # --- The digit-operations task -------------------------------------------------------------------
 
 # Exactly 20 tokens. Specials first (so <pad> = 0, as in the character tokenizer):

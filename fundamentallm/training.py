@@ -26,10 +26,9 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import Dataset, TensorDataset
 from tqdm import tqdm
 
-from .data import _as_ids, get_batch
+from .data import DataSource
 from .utils import get_device
 
 SCHEDULES = ("cosine", "inverse_sqrt", "constant")
@@ -150,46 +149,6 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps, fused=fused)
 
 
-class _Source:
-    """Uniform access to the three data formats: ``sample`` a training batch, ``batches`` for eval."""
-
-    def __init__(self, data, block_size: Optional[int]) -> None:
-        if isinstance(data, tuple) and all(isinstance(t, torch.Tensor) for t in data):
-            data = TensorDataset(*data)  # (inputs, targets[, attention_mask])
-        if isinstance(data, Dataset):
-            self.stream, self.dataset = None, data
-            if len(data) == 0:
-                raise ValueError("the dataset is empty")
-        else:
-            self.stream, self.dataset = _as_ids(data), None
-            if block_size is None:
-                raise ValueError("a token stream needs a block_size: set TrainConfig.block_size or "
-                                 "use a model with config.max_seq_len")
-            if len(self.stream) < block_size + 1:
-                raise ValueError(f"{len(self.stream)} tokens are too few for block_size={block_size}")
-        self.block_size = block_size
-
-    def _collate(self, idx: list[int]) -> tuple[torch.Tensor, ...]:
-        items = [self.dataset[i] for i in idx]
-        return tuple(torch.stack([torch.as_tensor(item[j]) for item in items]) for j in range(len(items[0])))
-
-    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-        if self.stream is not None:
-            return get_batch(self.stream, batch_size, self.block_size, generator)
-        return self._collate(torch.randint(len(self.dataset), (batch_size,), generator=generator).tolist())
-
-    def batches(self, batch_size: int):
-        if self.stream is not None:  # every non-overlapping window; a short tail is left out
-            T, n = self.block_size, (len(self.stream) - 1) // self.block_size
-            for b in range(0, n, batch_size):
-                starts = torch.arange(b, min(n, b + batch_size)) * T  # (B,)
-                chunks = self.stream[starts[:, None] + torch.arange(T + 1)]  # (B, T + 1)
-                yield chunks[:, :-1], chunks[:, 1:]
-        else:
-            for b in range(0, len(self.dataset), batch_size):
-                yield self._collate(list(range(b, min(len(self.dataset), b + batch_size))))
-
-
 class Trainer:
     """Trains ``model`` on ``train_data`` (see the module docstring for the formats).
 
@@ -215,8 +174,8 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(c.seed)
         self.model = model.to(self.device)
         block_size = c.block_size or getattr(getattr(model, "config", None), "max_seq_len", None)
-        self.train_source = _Source(train_data, block_size)
-        self.val_source = _Source(val_data, block_size) if val_data is not None else None
+        self.train_source = DataSource(train_data, block_size)
+        self.val_source = DataSource(val_data, block_size) if val_data is not None else None
         self.amp_dtype = self._resolve_precision()
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         self.optimizer = make_optimizer(self.model, c)
@@ -301,7 +260,7 @@ class Trainer:
     def evaluate(self, data=None, max_batches: Optional[int] = None) -> dict[str, float]:
         """Mean loss per target token (targets of -100 excluded) and perplexity ``exp(loss)`` over
         the whole validation split (or ``data``; ``max_batches`` caps the work)."""
-        source = self.val_source if data is None else _Source(data, self.train_source.block_size)
+        source = self.val_source if data is None else DataSource(data, self.train_source.block_size)
         if source is None:
             raise ValueError("no validation data: pass val_data to Trainer or data to evaluate()")
         max_batches = max_batches if max_batches is not None else self.config.eval_batches

@@ -8,6 +8,7 @@ import torch
 from fundamentallm import data
 from fundamentallm.data import (
     DIGIT_VOCAB,
+    DataSource,
     TextDataset,
     decode_digits,
     digit_operations,
@@ -164,3 +165,17 @@ def test_digit_operations_errors():
         digit_operations(operations=["Sum"])
     with pytest.raises(ValueError, match="distinct examples"):
         digit_operations(1000, 0, 0, min_len=2, max_len=2)
+
+
+def test_data_source_formats_agree():
+    ids = torch.arange(50)
+    stream = DataSource(ids, block_size=8)
+    windows = DataSource(TextDataset(ids, 8, stride=8), block_size=None)
+    for (x1, y1), (x2, y2) in zip(stream.batches(4), windows.batches(4)):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert sum(len(x) for x, _ in stream.batches(4)) == 6  # (50 - 1) // 8 full windows
+    pairs = DataSource((torch.arange(10), torch.arange(10) * 2), block_size=None)
+    x, y = pairs.sample(5, torch.Generator().manual_seed(0))
+    assert torch.equal(y, 2 * x)
+    with pytest.raises(ValueError, match="needs a block_size"):
+        DataSource(ids, block_size=None)
