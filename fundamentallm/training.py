@@ -145,8 +145,11 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    fused = next(iter(params)).is_cuda
-    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps, fused=fused)
+    kwargs = dict(lr=config.lr, betas=config.betas, eps=config.eps)
+    try:  # the fused kernel (one pass over all parameters) is several times faster, CPU included
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
+    except (RuntimeError, TypeError):  # older torch or a device without a fused kernel
+        return torch.optim.AdamW(groups, **kwargs)
 
 
 class Trainer:

@@ -19,7 +19,7 @@ CFG = dict(vocab_size=16, d_model=32, num_heads=2, num_layers=1, max_seq_len=16,
 SETUP = """
 import torch
 from fundamentallm import Transformer, TransformerConfig
-from fundamentallm.training import TrainConfig
+from fundamentallm.training import TrainConfig, Trainer
 
 def make_trainer():
     torch.manual_seed(0)
