@@ -141,3 +141,72 @@ def plot_positional_encoding(pe, ax=None, title: Optional[str] = None, cmap: str
     if fig is not None:
         fig.tight_layout()
     return fig if fig is not None else ax.figure
+
+
+def plot_parameter_breakdown(breakdown: dict, ax=None, title: Optional[str] = None):
+    """Stacked horizontal bars, one per model: each component's share of the parameters.
+
+    ``breakdown`` maps a model name to ``{component: count}`` (e.g. ``{"nano": {"embeddings":
+    16384, "attention": 33280, ...}}``); components missing from a model count as 0. Each bar is
+    annotated with the model's total.
+    """
+    if not breakdown:
+        raise ValueError("breakdown is empty: pass {model_name: {component: count}}")
+    models = list(breakdown)
+    components: list[str] = []  # in first-seen order, skipping those that are 0 everywhere
+    for parts in breakdown.values():
+        components += [c for c in parts if c not in components
+                       and any(p.get(c, 0) for p in breakdown.values())]
+    totals = np.array([sum(breakdown[m].values()) for m in models], dtype=float)
+    if (totals <= 0).any():
+        raise ValueError(f"every model needs a positive parameter count, got totals {totals.tolist()}")
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7.5, 0.6 * len(models) + 1.6))
+    left = np.zeros(len(models))
+    for i, comp in enumerate(components):
+        share = np.array([breakdown[m].get(comp, 0) for m in models], dtype=float) / totals
+        ax.barh(models, share, left=left, color=plt.cm.tab10(i % 10), label=comp)
+        for y, (x0, w) in enumerate(zip(left, share)):
+            if w >= 0.07:
+                ax.text(x0 + w / 2, y, f"{w:.0%}", ha="center", va="center", fontsize=8, color="white")
+        left += share
+    for y, total in enumerate(totals):
+        ax.text(1.01, y, f"{total / 1e6:.2f}M" if total >= 1e5 else f"{int(total):,}", va="center", fontsize=9)
+    ax.set_xlim(0, 1.12)
+    ax.set_xlabel("share of parameters")
+    ax.invert_yaxis()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(models) < 4 else -0.15),
+              ncol=min(len(components), 4), fontsize=8, frameon=False)
+    if title:
+        ax.set_title(title)
+    if fig is not None:
+        fig.tight_layout()
+    return fig if fig is not None else ax.figure
+
+
+def plot_causal_leak(changes, ax=None, title: Optional[str] = None, floor: float = 1e-12):
+    """Heatmap of a ``(T, T)`` leak matrix: entry ``[t, s]`` is how much the logits at position
+    ``s`` move when token ``t`` is changed (max absolute difference). A causal model is exactly 0
+    below the diagonal (``s < t``); zeros are drawn in white, the rest on a log colour scale."""
+    from matplotlib.colors import LogNorm
+
+    c = _np(changes).astype(float)
+    if c.ndim != 2 or c.shape[0] != c.shape[1]:
+        raise ValueError(f"changes must be a square (T, T) matrix, got shape {c.shape}")
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(4.5, 4))
+    masked = np.ma.masked_less_equal(c, floor)
+    vmax = max(float(c.max()), floor * 10)
+    cmap = plt.get_cmap("magma_r").copy()
+    cmap.set_bad("white")
+    im = ax.imshow(masked, cmap=cmap, norm=LogNorm(vmin=max(floor, vmax * 1e-6), vmax=vmax))
+    ax.set_xlabel("position s whose logits are read")
+    ax.set_ylabel("position t whose token is changed")
+    if title:
+        ax.set_title(title)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, label="max |Δ logits|")
+    if fig is not None:
+        fig.tight_layout()
+    return fig if fig is not None else ax.figure
