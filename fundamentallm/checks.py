@@ -849,7 +849,291 @@ def check_causal_leak_test(causal_leak_test: Callable) -> str:
 
 # --- Chapter 08: tokens and data ----------------------------------------------
 
+def _ch08_int_list(got: Any, what: str) -> list[int]:
+    """The student's sequence of token ids as a list of Python ints (tensor, list or tuple)."""
+    if got is None:
+        raise CheckFailed(f"{what}: got None -- did you forget to return a value?")
+    if isinstance(got, torch.Tensor):
+        got = got.tolist()
+    if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                     for i in got):
+        raise CheckFailed(f"{what}: expected a list of integer ids, got {type(got).__name__} "
+                          f"{str(got)[:60]}")
+    return list(got)
+
+
+def _ch08_compare_ids(got: list[int], expected: list[int], what: str) -> None:
+    if got != expected:
+        if len(got) != len(expected):
+            raise CheckFailed(f"{what}: expected {len(expected)} ids, got {len(got)} "
+                              f"(expected {expected[:12]}..., got {got[:12]}...)")
+        i = next(j for j, (a, b) in enumerate(zip(got, expected)) if a != b)
+        raise CheckFailed(f"{what}: first mismatch at position {i}: expected {expected[i]}, "
+                          f"got {got[i]} (expected {expected[max(0, i - 3):i + 4]} around it, "
+                          f"got {got[max(0, i - 3):i + 4]})")
+
+
+@exercise_check
+def check_char_encode(char_encode: Callable) -> str:
+    """``char_encode(text, stoi, unk_id)`` -> one id per character; characters missing from
+    ``stoi`` become ``unk_id``."""
+    base = {c: i for i, c in enumerate("abc ", start=2)}
+    cases = [
+        ("'a cab' (all characters known)", "a cab", base, 1),
+        ("'a zebra' (z, e, r are unknown)", "a zebra", base, 1),
+        ("the empty string", "", base, 1),
+        ("unicode text with unk_id=99", "café → ok", {c: i for i, c in enumerate("acfé ok")}, 99),
+        ("a vocabulary built from 'hello world'", "hello, world!",
+         {c: i for i, c in enumerate(sorted(set("hello world")), start=2)}, 1),
+    ]
+    for name, text, stoi, unk_id in cases:
+        stoi_copy = dict(stoi)
+        got = _ch08_int_list(char_encode(text, stoi_copy, unk_id), f"ids for {name}")
+        if stoi_copy != stoi:
+            raise CheckFailed(f"for {name}: you changed stoi; encoding must not add characters")
+        expected = [stoi[c] if c in stoi else unk_id for c in text]
+        _ch08_compare_ids(got, expected, f"ids for {name} (unknown characters -> unk_id={unk_id})")
+    return f"correct on {len(cases)} texts, unknown characters included"
+
+
+@exercise_check
+def check_get_pair_counts(get_pair_counts: Callable) -> str:
+    """``get_pair_counts(ids)`` -> ``{(a, b): count}`` over adjacent (overlapping) pairs."""
+    g = torch.Generator().manual_seed(800)
+    cases = [
+        ("[1, 2, 3, 1, 2]", [1, 2, 3, 1, 2]),
+        ("[5, 5, 5] (overlapping pairs: (5, 5) occurs twice)", [5, 5, 5]),
+        ("an empty list", []),
+        ("a single id", [7]),
+        ("the UTF-8 bytes of 'aaabdaaabac'", list(b"aaabdaaabac")),
+        ("300 random ids in [0, 6)", torch.randint(6, (300,), generator=g).tolist()),
+    ]
+    for name, ids in cases:
+        ids_copy = list(ids)
+        got = get_pair_counts(ids_copy)
+        if ids_copy != ids:
+            raise CheckFailed(f"for {name}: you modified ids in place")
+        if not isinstance(got, dict):
+            raise CheckFailed(f"for {name}: expected a dict {{(a, b): count}}, got {type(got).__name__}")
+        expected: dict = {}
+        for i in range(len(ids) - 1):  # reference: every adjacent position, overlaps included
+            expected[(ids[i], ids[i + 1])] = expected.get((ids[i], ids[i + 1]), 0) + 1
+        got = {tuple(k): v for k, v in got.items()}
+        for pair in sorted(set(expected) | set(got)):
+            if got.get(pair, 0) != expected.get(pair, 0):
+                raise CheckFailed(f"for {name}: pair {pair} should be counted "
+                                  f"{expected.get(pair, 0)} times, got {got.get(pair, 0)}")
+    return f"correct on {len(cases)} id lists, overlapping pairs and empty input included"
+
+
+@exercise_check
+def check_merge_pair(merge_pair: Callable) -> str:
+    """``merge_pair(ids, pair, new_id)`` -> a new list, every non-overlapping occurrence of ``pair``
+    (scanning left to right) replaced by ``new_id``."""
+    g = torch.Generator().manual_seed(801)
+    cases = [
+        ("[1, 2, 3, 1, 2] with (1, 2) -> 4", [1, 2, 3, 1, 2], (1, 2), 4),
+        ("[1, 1, 1] with (1, 1) -> 9 (left to right: [9, 1])", [1, 1, 1], (1, 1), 9),
+        ("[1, 1, 1, 1] with (1, 1) -> 9", [1, 1, 1, 1], (1, 1), 9),
+        ("[3, 4, 5] with the absent pair (4, 3)", [3, 4, 5], (4, 3), 7),
+        ("[3, 4] with (3, 4) -> 256 (the whole list)", [3, 4], (3, 4), 256),
+        ("an empty list", [], (1, 2), 3),
+        ("200 random ids in [0, 3) with (0, 1) -> 3",
+         torch.randint(3, (200,), generator=g).tolist(), (0, 1), 3),
+    ]
+    for name, ids, pair, new_id in cases:
+        ids_copy = list(ids)
+        got = _ch08_int_list(merge_pair(ids_copy, pair, new_id), f"result for {name}")
+        if ids_copy != ids:
+            raise CheckFailed(f"for {name}: you modified ids in place; return a new list")
+        expected, i = [], 0
+        while i < len(ids):  # reference: a left-to-right scan
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+                expected.append(new_id)
+                i += 2
+            else:
+                expected.append(ids[i])
+                i += 1
+        _ch08_compare_ids(got, expected, f"result for {name}")
+    return f"correct on {len(cases)} cases, overlapping pairs included"
+
+
+@exercise_check
+def check_make_windows(make_windows: Callable) -> str:
+    """``make_windows(ids, block_size)`` -> ``(x, y)``, each ``(N, block_size)`` with
+    ``N = len(ids) - block_size``: row ``i`` is ``ids[i:i+T]`` and its target ``ids[i+1:i+T+1]``."""
+    g = torch.Generator().manual_seed(802)
+    cases = [
+        ("ids 0..9 with block_size=3", torch.arange(10), 3),
+        ("ids 0..9 with block_size=1", torch.arange(10), 1),
+        ("5 ids with block_size=4 (exactly one window)", torch.tensor([7, 3, 9, 1, 4]), 4),
+        ("100 random ids with block_size=8", torch.randint(50, (100,), generator=g), 8),
+    ]
+    for name, ids, T in cases:
+        ids_copy = ids.clone()
+        res = make_windows(ids_copy, T)
+        if not torch.equal(ids_copy, ids):
+            raise CheckFailed(f"for {name}: you modified ids in place")
+        if not isinstance(res, (tuple, list)) or len(res) != 2:
+            raise CheckFailed(f"for {name}: return a pair (x, y), got {type(res).__name__}")
+        windows = ids.unfold(0, T + 1, 1)  # (N, T + 1): every window of T + 1 consecutive ids
+        N = len(ids) - T
+        x, y = (torch.as_tensor(t) for t in res)
+        check_shape(x, (N, T), what=f"x for {name} (N = len(ids) - block_size windows)")
+        check_shape(y, (N, T), what=f"y for {name}")
+        assert_same(x, windows[:, :-1], what=f"x for {name}")
+        assert_same(y, windows[:, 1:], what=f"y for {name} (x shifted left by one)")
+    return f"correct on {len(cases)} cases"
+
+
 # --- Chapter 09: training -----------------------------------------------------
+
+def _ch09_logits_cases(seed: int) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    big = torch.tensor([[1e4, 0.0, -1e4], [-1e4, -1e4, 1e4], [500.0, 500.0, 499.0]])
+    return [
+        ("(8, 5) logits", torch.randn(8, 5, generator=g), torch.randint(5, (8,), generator=g)),
+        ("(16, 100) float64 logits", 3 * torch.randn(16, 100, generator=g, dtype=torch.float64),
+         torch.randint(100, (16,), generator=g)),
+        ("one row", torch.randn(1, 7, generator=g), torch.tensor([6])),
+        ("huge logits (1e4: exp overflows unless you subtract the row max)", big,
+         torch.tensor([0, 1, 2])),
+        ("very negative logits (-1e4: exp underflows to 0, log(0) = -inf)", big - 2e4,
+         torch.tensor([2, 0, 1])),
+    ]
+
+
+def _ch09_finite(got: Any, name: str) -> torch.Tensor:
+    if got is None:
+        raise CheckFailed(f"loss for {name}: got None -- did you forget to return a value?")
+    got = torch.as_tensor(got)
+    if got.numel() != 1:
+        raise CheckFailed(f"loss for {name}: expected a scalar (the mean over tokens), got shape "
+                          f"{tuple(got.shape)}")
+    if not torch.isfinite(got).all():
+        raise CheckFailed(f"loss for {name}: got {got.item()} -- compute log-sum-exp stably: "
+                          f"m + log(sum(exp(z - m))) with m the row max")
+    return got.reshape(())
+
+
+@exercise_check
+def check_cross_entropy(cross_entropy: Callable) -> str:
+    """``cross_entropy(logits, targets, ignore_index=-100)``: ``(N, V)`` logits and ``(N,)``
+    targets -> the mean of ``logsumexp(z) - z_y`` over the targets that are not ``ignore_index``."""
+    cases = [(name, z, y, {}) for name, z, y in _ch09_logits_cases(900)]
+    g = torch.Generator().manual_seed(901)
+    z, y = torch.randn(10, 6, generator=g), torch.randint(6, (10,), generator=g)
+    y[[1, 4, 5]] = -100
+    cases.append(("targets holding -100 (padding: left out of the mean)", z, y, {}))
+    y2 = y.clone()
+    y2[y2 == -100] = 0
+    y2[[0, 2]] = -1
+    cases.append(("ignore_index=-1", z, y2, {"ignore_index": -1}))
+    for name, logits, targets, kwargs in cases:
+        z_in, y_in = logits.clone(), targets.clone()
+        got = _ch09_finite(cross_entropy(z_in, y_in, **kwargs), name)
+        if not (torch.equal(z_in, logits) and torch.equal(y_in, targets)):
+            raise CheckFailed(f"for {name}: you modified the inputs in place")
+        expected = torch.nn.functional.cross_entropy(logits, targets, **kwargs)
+        assert_same(got.to(expected.dtype), expected, what=f"loss for {name} (vs F.cross_entropy)")
+    return f"matches F.cross_entropy on {len(cases)} cases, huge logits and ignored targets included"
+
+
+@exercise_check
+def check_label_smoothed_cross_entropy(label_smoothed_cross_entropy: Callable) -> str:
+    """``label_smoothed_cross_entropy(logits, targets, smoothing)`` -> the mean cross-entropy against
+    the target ``(1 - smoothing)·one_hot(y) + smoothing / V`` (as ``F.cross_entropy``'s
+    ``label_smoothing``)."""
+    cases = []
+    for i, (name, z, y) in enumerate(_ch09_logits_cases(910)):
+        cases.append((name, z, y, (0.1, 0.0, 0.3, 0.1, 0.05)[i]))
+    g = torch.Generator().manual_seed(911)
+    cases.append(("V=2, smoothing=0.5", torch.randn(6, 2, generator=g),
+                  torch.randint(2, (6,), generator=g), 0.5))
+    for name, logits, targets, eps in cases:
+        z_in, y_in = logits.clone(), targets.clone()
+        got = _ch09_finite(label_smoothed_cross_entropy(z_in, y_in, eps), name)
+        if not (torch.equal(z_in, logits) and torch.equal(y_in, targets)):
+            raise CheckFailed(f"for {name}: you modified the inputs in place")
+        expected = torch.nn.functional.cross_entropy(logits, targets, label_smoothing=eps)
+        assert_same(got.to(expected.dtype), expected,
+                    what=f"loss for {name}, smoothing={eps} (vs F.cross_entropy(label_smoothing=...); "
+                         f"smoothing / V goes to every class, the true one included)")
+    return f"matches F.cross_entropy(label_smoothing=...) on {len(cases)} cases"
+
+
+def _ch09_cosine_reference(step, max_lr, min_lr, warmup_steps, max_steps):
+    s = step + 1
+    if s <= warmup_steps:
+        return max_lr * s / warmup_steps
+    progress = min(1.0, (s - warmup_steps) / max(1, max_steps - warmup_steps))
+    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + np.cos(np.pi * progress))
+
+
+@exercise_check
+def check_cosine_lr(cosine_lr: Callable) -> str:
+    """``cosine_lr(step, max_lr, min_lr, warmup_steps, max_steps)``: with ``s = step + 1``, linear
+    warmup ``max_lr · s / warmup_steps`` while ``s <= warmup_steps``, then a half cosine from
+    ``max_lr`` down to ``min_lr`` at ``s = max_steps``, and ``min_lr`` after."""
+    settings = [
+        dict(max_lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=100),
+        dict(max_lr=0.5, min_lr=0.0, warmup_steps=0, max_steps=50),
+        dict(max_lr=3e-4, min_lr=3e-5, warmup_steps=1, max_steps=20),
+    ]
+    n = 0
+    for kw in settings:
+        for step in range(kw["max_steps"] + 15):
+            got = cosine_lr(step, **kw)
+            if got is None:
+                raise CheckFailed("got None -- did you forget to return the learning rate?")
+            expected = _ch09_cosine_reference(step, **kw)
+            phase = ("warmup" if step + 1 <= kw["warmup_steps"] else
+                     "after max_steps" if step + 1 >= kw["max_steps"] else "cosine decay")
+            assert_same(torch.tensor(float(got), dtype=torch.float64),
+                        torch.tensor(float(expected), dtype=torch.float64), rtol=1e-9, atol=1e-12,
+                        what=f"lr at step={step} ({phase}) for {kw}")
+            n += 1
+    return f"correct at {n} steps of {len(settings)} schedules (warmup, decay, after the end)"
+
+
+@exercise_check
+def check_clip_grad_norm(clip_grad_norm: Callable) -> str:
+    """``clip_grad_norm(grads, max_norm)`` -> ``(clipped, total_norm)``: the global L2 norm over
+    all tensors, and new tensors scaled by ``min(1, max_norm / total_norm)``."""
+    g = torch.Generator().manual_seed(920)
+    shapes = [(4, 3), (3,), (2, 2, 2)]
+    big = [5 * torch.randn(s, generator=g) for s in shapes]
+    small = [0.01 * torch.randn(s, generator=g) for s in shapes]
+    each_small = [torch.full((4,), 0.4), torch.full((4,), 0.4), torch.full((4,), 0.4)]  # norms 0.8
+    cases = [
+        ("three tensors with a large global norm, max_norm=1", big, 1.0),
+        ("three tensors with a small global norm (unchanged), max_norm=1", small, 1.0),
+        ("tensors each of norm 0.8 < max_norm=1 but of global norm 1.39 > 1", each_small, 1.0),
+        ("one tensor, max_norm=0.5", [torch.randn(10, generator=g, dtype=torch.float64)], 0.5),
+        ("all-zero gradients (norm 0: nothing to clip, no NaN)", [torch.zeros(3), torch.zeros(2, 2)], 1.0),
+    ]
+    for name, grads, max_norm in cases:
+        inputs = [t.clone() for t in grads]
+        res = clip_grad_norm(inputs, max_norm)
+        if not isinstance(res, (tuple, list)) or len(res) != 2:
+            raise CheckFailed(f"for {name}: return a pair (clipped_grads, total_norm)")
+        clipped, total = res
+        if any(not torch.equal(a, b) for a, b in zip(inputs, grads)):
+            raise CheckFailed(f"for {name}: you modified the input gradients; return new tensors")
+        params = [torch.nn.Parameter(torch.zeros_like(t)) for t in grads]  # reference: torch's own
+        for p, t in zip(params, grads):
+            p.grad = t.clone()
+        expected_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        assert_same(torch.as_tensor(total, dtype=expected_norm.dtype).reshape(()), expected_norm,
+                    what=f"total_norm for {name} (the L2 norm of all gradients together)",
+                    rtol=1e-5, atol=1e-8)
+        if not isinstance(clipped, (list, tuple)) or len(clipped) != len(grads):
+            raise CheckFailed(f"for {name}: clipped must be a list of {len(grads)} tensors")
+        for i, (c, p) in enumerate(zip(clipped, params)):
+            assert_same(c, p.grad, what=f"clipped tensor {i} for {name} (vs "
+                                        f"torch.nn.utils.clip_grad_norm_)", rtol=1e-5, atol=1e-8)
+    return f"matches torch.nn.utils.clip_grad_norm_ on {len(cases)} cases"
+
 
 # --- Chapter 10: sampling -----------------------------------------------------
 

@@ -1,0 +1,135 @@
+"""The chapter 8 exercise checks: they pass correct answers and fail, with CheckFailed, a stub and
+plausible wrong answers."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from fundamentallm import checks
+from fundamentallm.checks import CheckFailed
+from fundamentallm.data import TextDataset
+from fundamentallm.tokenizers import CharacterTokenizer, _merge
+
+# --- correct answers ---------------------------------------------------------------------------
+
+
+def char_encode(text, stoi, unk_id):
+    return [stoi.get(c, unk_id) for c in text]
+
+
+def get_pair_counts(ids):
+    return dict(Counter(zip(ids, ids[1:])))
+
+
+def merge_pair(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def make_windows(ids, block_size):
+    n = len(ids) - block_size
+    x = torch.stack([ids[i:i + block_size] for i in range(n)])
+    y = torch.stack([ids[i + 1:i + block_size + 1] for i in range(n)])
+    return x, y
+
+
+def make_windows_package(ids, block_size):
+    """The package's TextDataset, stacked: also a correct answer."""
+    ds = TextDataset(ids, block_size)
+    xs, ys = zip(*(ds[i] for i in range(len(ds))))
+    return torch.stack(xs), torch.stack(ys)
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+CORRECT = {
+    "check_char_encode": [char_encode, lambda text, stoi, unk_id: torch.tensor(
+        [stoi.get(c, unk_id) for c in text], dtype=torch.long)],
+    "check_get_pair_counts": [get_pair_counts, lambda ids: Counter(zip(ids, ids[1:]))],
+    "check_merge_pair": [merge_pair, _merge],
+    "check_make_windows": [make_windows, make_windows_package],
+}
+
+
+def _merge_with_str_replace(ids, pair, new_id):
+    """Merges only the first occurrence."""
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return ids[:i] + [new_id] + ids[i + 2:]
+    return list(ids)
+
+
+def _merge_right_to_left(ids, pair, new_id):
+    return merge_pair(ids[::-1], pair[::-1], new_id)[::-1]
+
+
+def _merge_in_place(ids, pair, new_id):
+    ids[:] = merge_pair(ids, pair, new_id)
+    return ids
+
+
+WRONG = {
+    "check_char_encode": [
+        lambda text, stoi, unk_id: [stoi[c] for c in text if c in stoi],  # drops unknown chars
+        lambda text, stoi, unk_id: [stoi.get(c, 1) for c in text],  # unk_id hard-coded to 1
+        lambda text, stoi, unk_id: [stoi.setdefault(c, len(stoi)) for c in text],  # grows stoi
+    ],
+    "check_get_pair_counts": [
+        lambda ids: {p: 1 for p in zip(ids, ids[1:])},  # presence, not counts
+        lambda ids: dict(Counter(zip(ids[::2], ids[1::2]))),  # non-overlapping pairs only
+        lambda ids: dict(Counter(zip(ids, ids[2:]))),  # skips one
+    ],
+    "check_merge_pair": [_merge_with_str_replace, _merge_right_to_left, _merge_in_place,
+                         lambda ids, pair, new_id: [new_id if (a, b) == pair else a
+                                                    for a, b in zip(ids, ids[1:] + [None])]],
+    "check_make_windows": [
+        lambda ids, T: (lambda x, y: (x[:-1], y[:-1]))(*make_windows(ids, T)),  # drops the last
+        lambda ids, T: (lambda x, y: (x, x))(*make_windows(ids, T)),  # y not shifted
+        lambda ids, T: make_windows(ids, T)[0],  # returns only x
+        lambda ids, T: (lambda x, y: (x.T, y.T))(*make_windows(ids, T)),  # (T, N)
+    ],
+}
+
+
+@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(CORRECT) for i in range(len(CORRECT[n]))])
+def test_check_passes_on_correct_answer(name, i, capsys):
+    assert checks.CHECKS[name](CORRECT[name][i]) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_check_fails_on_stub(name):
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.CHECKS[name](stub)
+
+
+@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(WRONG) for i in range(len(WRONG[n]))])
+def test_check_fails_on_wrong_answer(name, i):
+    with pytest.raises(CheckFailed, match=name):
+        checks.CHECKS[name](WRONG[name][i])
+
+
+def test_char_encode_agrees_with_the_package_tokenizer():
+    tok = CharacterTokenizer.from_text("hello world")
+    assert char_encode("hello, there", tok.stoi, tok.UNK) == tok.encode("hello, there")
+
+
+def test_messages_point_at_the_mistake():
+    with pytest.raises(CheckFailed, match="unk_id"):
+        checks.check_char_encode(WRONG["check_char_encode"][0])
+    with pytest.raises(CheckFailed, match="modified ids in place"):
+        checks.check_merge_pair(_merge_in_place)
+    with pytest.raises(CheckFailed, match=r"expected shape \(7, 3\), got \(6, 3\)"):
+        checks.check_make_windows(WRONG["check_make_windows"][0])
