@@ -205,6 +205,15 @@ def test_first_cells_are_title_and_bootstrap(path):
     assert "set_seed(" in code[1].source, f"{path.name}: the second code cell sets the seeds"
 
 
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=[p.stem for p in ALL_NOTEBOOKS])
+def test_no_control_characters(path):
+    """A stray control character is usually an unescaped backslash in a generator script:
+    the "\\b" of "\\bar" becomes a backspace, and MathJax fails on it."""
+    for i, cell in enumerate(_read(path).cells):
+        bad = sorted({hex(ord(ch)) for ch in cell.source if ord(ch) < 32 and ch not in "\n\t"})
+        assert not bad, f"{path.name} cell {i}: control characters {bad} in the source"
+
+
 @chapter_param
 def test_one_title_per_chapter(path):
     headings = re.findall(r"^# .*$", _prose(path), flags=re.M)
