@@ -1,0 +1,140 @@
+"""Generation speed: tokens/s with and without the KV cache, next to Hugging Face's GPT-2.
+
+Two sizes, batch 1, greedy decoding from a 16-token prompt, random weights (nothing downloaded):
+
+* ``tiny``: ``TransformerConfig.preset("tiny")`` (d_model 256, 6 layers, 8 heads, vocab 256),
+  500 new tokens (``max_seq_len`` raised to 1024 so that prompt + 500 tokens fit);
+* ``gpt2``: ``TransformerConfig.preset("gpt2")`` (GPT-2 small, 124M parameters), 200 new tokens.
+
+Each size is measured with ``fundamentallm.generation.generate`` (``use_cache=True`` and
+``False``, GPT-2 architecture with ``attn_impl="sdpa"``) and with
+``transformers.GPT2LMHeadModel(GPT2Config(...)).generate`` of the same shape (``do_sample=False``,
+``min_new_tokens`` = ``max_new_tokens`` so it never stops early). Implementations are interleaved
+in each repetition so that a change in machine load hits them alike; the figure is the median.
+
+Run:  python benchmarks/generation.py [--repeats 3] [--sizes tiny gpt2]
+Prints a table, then one JSON line (the last line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+from fundamentallm import Transformer, TransformerConfig
+from fundamentallm.generation import generate
+
+SIZES = {
+    "tiny": dict(preset="tiny", overrides=dict(max_seq_len=1024), new_tokens=500),
+    "gpt2": dict(preset="gpt2", overrides=dict(), new_tokens=200),
+}
+PROMPT_LEN = 16
+
+
+def build_ours(size: str) -> Transformer:
+    spec = SIZES[size]
+    torch.manual_seed(0)
+    config = TransformerConfig.preset(spec["preset"], attn_impl="sdpa", **spec["overrides"])
+    return Transformer(config).eval()
+
+
+def build_hf(config: TransformerConfig):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    hf_config = GPT2Config(vocab_size=config.vocab_size, n_positions=config.max_seq_len,
+                           n_embd=config.d_model, n_layer=config.num_layers, n_head=config.num_heads,
+                           n_inner=config.ff_dim, activation_function="gelu_new",
+                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                           bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    model = GPT2LMHeadModel(hf_config).eval()
+    return model
+
+
+def time_it(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def bench_size(size: str, repeats: int, skip_recompute: bool) -> dict:
+    spec = SIZES[size]
+    n = spec["new_tokens"]
+    ours = build_ours(size)
+    hf = build_hf(ours.config)
+    prompt = torch.randint(0, ours.config.vocab_size, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(prompt)
+
+    def run_cache():
+        return generate(ours, prompt, n, greedy=True, use_cache=True)
+
+    def run_recompute():
+        return generate(ours, prompt, n, greedy=True, use_cache=False)
+
+    def run_hf():
+        with torch.inference_mode():
+            out = hf.generate(prompt, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                              do_sample=False, use_cache=True, pad_token_id=0)
+        assert out.shape == (1, PROMPT_LEN + n), out.shape
+        return out
+
+    # Correctness first: the cache changes speed only.
+    a = run_cache()
+    if not skip_recompute:
+        b = run_recompute()
+        assert torch.equal(a, b), "greedy tokens differ with and without the KV cache"
+    run_hf()  # warm-up
+    runs = {"ours_cache": run_cache, "hf_cache": run_hf}
+    if not skip_recompute:
+        runs["ours_recompute"] = run_recompute
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for r in range(repeats):
+        for name, fn in runs.items():
+            if name == "ours_recompute" and r >= max(1, repeats // 3) and size == "gpt2":
+                continue  # minutes per run at this size: fewer repetitions
+            times[name].append(time_it(fn))
+    result = {"size": size, "params": ours.num_parameters(),
+              "hf_params": sum(p.numel() for p in hf.parameters()),
+              "new_tokens": n, "prompt_len": PROMPT_LEN}
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        result[f"{name}_tok_s"] = round(n / med, 2)
+        result[f"{name}_runs_s"] = [round(t, 3) for t in ts]
+    if "ours_recompute_tok_s" in result:
+        result["cache_speedup"] = round(result["ours_cache_tok_s"] / result["ours_recompute_tok_s"], 2)
+    result["vs_hf"] = round(result["ours_cache_tok_s"] / result["hf_cache_tok_s"], 3)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--skip-recompute", action="store_true", help="measure only the cached paths")
+    args = parser.parse_args()
+    import transformers
+
+    load_start = os.getloadavg()
+    results = []
+    for size in args.sizes:
+        r = bench_size(size, args.repeats, args.skip_recompute)
+        results.append(r)
+        print(f"{size:5s} params={r['params'] / 1e6:.2f}M new_tokens={r['new_tokens']}: "
+              f"ours+cache {r['ours_cache_tok_s']:.1f} tok/s | "
+              + (f"ours recompute {r['ours_recompute_tok_s']:.1f} tok/s (cache x{r['cache_speedup']}) | "
+                 if "ours_recompute_tok_s" in r else "")
+              + f"HF GPT2 {r['hf_cache_tok_s']:.1f} tok/s (ours/HF {r['vs_hf']})", flush=True)
+    out = {"benchmark": "generation", "results": results, "threads": torch.get_num_threads(),
+           "torch": torch.__version__, "transformers": transformers.__version__,
+           "loadavg_start": [round(x, 2) for x in load_start],
+           "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Training quality at a fixed budget: nanoGPT's CPU recipe, beaten with what the course teaches.
+
+The budget is the well-known minimal GPT's CPU recipe: 2000 optimizer steps x batch 12 x 64
+tokens = 1,536,000 training tokens, a model of at most 0.81M parameters, character-level
+tokens, validation = the last 10% of the text. We report the loss over the WHOLE validation split
+(the mean over every non-overlapping 64-token window), the parameter count, wall time and
+training tokens/s, and the machine load (``os.getloadavg``) next to the speed, since other
+processes sharing the cores deflate it.
+
+``--baseline`` trains the baseline-like configuration in this package (nanoGPT's
+``train_shakespeare_char`` CPU settings: 4 layers, 4 heads, d_model 128, block 64, LayerNorm
+without bias, learned positions, GELU, lr 1e-3 -> 1e-4 with 100 warmup steps, AdamW betas
+(0.9, 0.99), weight decay 0.1, clipping 1.0, no dropout). The default recipe changes only what
+the course teaches: RoPE, RMSNorm, SwiGLU, no bias, a higher peak learning rate with warmup and
+cosine decay to ~0. See benchmarks/README.md for the choices and the measured numbers.
+
+Run:  python benchmarks/train_budget.py --corpus /work/shared/data/tinyshakespeare.txt [--baseline]
+      python benchmarks/train_budget.py --corpus python-docs
+Prints progress, then one JSON line (the last line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import time
+
+import torch
+
+from fundamentallm import Transformer, TransformerConfig
+from fundamentallm.data import load_corpus, train_val_split
+from fundamentallm.tokenizers import CharacterTokenizer
+from fundamentallm.training import TrainConfig, Trainer
+
+STEPS, BATCH, BLOCK = 2000, 12, 64  # the budget: 1,536,000 training tokens
+MAX_PARAMS = 810_000
+
+RECIPES = {
+    # nanoGPT's CPU recipe (config/train_shakespeare_char.py with the README's CPU overrides).
+    "baseline": dict(
+        model=dict(d_model=128, num_heads=4, num_layers=4, norm="layernorm", pos_encoding="learned",
+                   activation="gelu", bias=False, tie_weights=True, attn_impl="sdpa"),
+        train=dict(lr=1e-3, min_lr=1e-4, warmup_steps=100, betas=(0.9, 0.99), weight_decay=0.1,
+                   grad_clip=1.0),
+    ),
+    # The course's choices at the same size and budget.
+    "ours": dict(
+        model=dict(d_model=128, num_heads=4, num_layers=4, norm="rmsnorm", pos_encoding="rope",
+                   activation="swiglu", bias=False, tie_weights=True, attn_impl="sdpa"),
+        train=dict(lr=4e-3, min_lr=4e-5, warmup_steps=100, betas=(0.9, 0.99), weight_decay=0.1,
+                   grad_clip=1.0),
+    ),
+}
+
+
+def parse_overrides(items: list[str]) -> tuple[dict, dict]:
+    """``key=value`` pairs -> (model overrides, train overrides), by field name."""
+    model_fields = set(TransformerConfig.__dataclass_fields__)
+    train_fields = set(TrainConfig.__dataclass_fields__)
+    model, train = {}, {}
+    for item in items:
+        key, _, raw = item.partition("=")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        if key in model_fields:
+            model[key] = value
+        elif key in train_fields:
+            train[key] = value
+        else:
+            raise SystemExit(f"--set {item!r}: unknown field {key!r}")
+    return model, train
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", default="python-docs", help="'python-docs', 'tinyshakespeare' or a path")
+    parser.add_argument("--baseline", action="store_true", help="the nanoGPT-like recipe")
+    parser.add_argument("--steps", type=int, default=STEPS, help="change only for quick trials")
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="override a TransformerConfig or TrainConfig field (for sweeps)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    recipe_name = "baseline" if args.baseline else "ours"
+    recipe = RECIPES[recipe_name]
+    model_over, train_over = parse_overrides(args.set)
+
+    load_start = os.getloadavg()
+    t_start = time.perf_counter()
+    text = load_corpus(args.corpus)
+    tokenizer = CharacterTokenizer.from_text(text)
+    ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    train_ids, val_ids = train_val_split(ids, 0.1)
+
+    torch.manual_seed(args.seed)
+    config = TransformerConfig(vocab_size=tokenizer.vocab_size, max_seq_len=BLOCK, dropout=0.0,
+                               **{**recipe["model"], **model_over})
+    model = Transformer(config)
+    params = model.num_parameters()
+    if params > MAX_PARAMS:
+        raise SystemExit(f"{params} parameters exceed the budget's {MAX_PARAMS}")
+    train_config = TrainConfig(**{**dict(max_steps=args.steps, batch_size=BATCH, block_size=BLOCK,
+                                         eval_interval=0, eval_batch_size=256, progress=False,
+                                         device="cpu", seed=args.seed, log_interval=1),
+                                  **recipe["train"], **train_over})
+    trainer = Trainer(model, train_ids, val_ids, config=train_config)
+    print(f"recipe={recipe_name} corpus={args.corpus} chars={len(text)} vocab={tokenizer.vocab_size} "
+          f"train_tokens={len(train_ids)} val_tokens={len(val_ids)} params={params} "
+          f"threads={torch.get_num_threads()} load={load_start}", flush=True)
+    print(f"model: {config}\ntrain: {train_config}", flush=True)
+
+    chunk = 250
+    while trainer.step < args.steps:
+        trainer.fit(steps=min(chunk, args.steps - trainer.step))
+        recent = trainer.history["train_loss"][-chunk:]
+        print(f"step {trainer.step:5d}  train_loss {sum(recent) / len(recent):.4f}  "
+              f"lr {trainer.history['lr'][-1]:.2e}  "
+              f"{trainer.tokens_seen / trainer.elapsed:,.0f} tok/s  load {os.getloadavg()[0]:.2f}", flush=True)
+    train_s = trainer.elapsed
+    load_train_end = os.getloadavg()
+    t_eval = time.perf_counter()
+    val = trainer.evaluate()
+    eval_s = time.perf_counter() - t_eval
+    wall = time.perf_counter() - t_start
+    n_windows = (len(val_ids) - 1) // BLOCK
+    out = {
+        "benchmark": "train_budget", "recipe": recipe_name, "corpus": args.corpus,
+        "val_loss": round(val["val_loss"], 4), "val_windows": n_windows, "params": params,
+        "train_tokens": trainer.tokens_seen, "steps": trainer.step,
+        "tokens_per_s": round(trainer.tokens_seen / train_s), "train_s": round(train_s, 1),
+        "eval_s": round(eval_s, 1), "wall_s": round(wall, 1), "threads": torch.get_num_threads(),
+        "loadavg_start": [round(x, 2) for x in load_start],
+        "loadavg_train_end": [round(x, 2) for x in load_train_end],
+        "overrides": {**model_over, **train_over}, "seed": args.seed, "torch": torch.__version__,
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
