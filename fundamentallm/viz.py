@@ -104,7 +104,9 @@ def plot_attention_grid(attentions, tokens: Optional[Sequence[str]] = None, titl
         raise ValueError("attentions must be a non-empty sequence of equally shaped (H, T_q, T_k) "
                          f"arrays, got shapes {[w.shape for w in ws]}")
     L, H = len(ws), ws[0].shape[0]
-    fig, axes = plt.subplots(L, H, figsize=(cell_size * H, cell_size * L + 0.4), squeeze=False)
+    # constrained layout keeps each title clear of the tick labels of the row above
+    fig, axes = plt.subplots(L, H, figsize=(cell_size * H, cell_size * L + 0.4), squeeze=False,
+                             layout="constrained")
     for layer, w in enumerate(ws):
         for head in range(H):
             ax = axes[layer, head]
@@ -118,7 +120,6 @@ def plot_attention_grid(attentions, tokens: Optional[Sequence[str]] = None, titl
             ax.set_title(f"layer {layer}, head {head}", fontsize=9)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 
