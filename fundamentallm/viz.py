@@ -211,3 +211,34 @@ def plot_causal_leak(changes, ax=None, title: Optional[str] = None, floor: float
     if fig is not None:
         fig.tight_layout()
     return fig if fig is not None else ax.figure
+
+
+def plot_lr_schedule(configs, steps: Optional[int] = None, ax=None, title: Optional[str] = None,
+                     logy: bool = False):
+    """Learning rate against optimizer step, from :func:`fundamentallm.training.lr_at`, for one
+    ``TrainConfig`` or a mapping ``{label: TrainConfig}``. ``steps`` defaults to each config's
+    ``max_steps``."""
+    from .training import TrainConfig, lr_at  # lazy: plotting needs no trainer otherwise
+
+    if isinstance(configs, TrainConfig):
+        configs = {configs.schedule: configs}
+    if not isinstance(configs, dict) or not configs or \
+            not all(isinstance(c, TrainConfig) for c in configs.values()):
+        raise TypeError("configs must be a TrainConfig or a non-empty mapping {label: TrainConfig}")
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        raise ValueError(f"steps={steps!r} must be None or an integer >= 1")
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+    for label, config in configs.items():
+        n = steps if steps is not None else config.max_steps
+        ax.plot(range(n), [lr_at(s, config) for s in range(n)], label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("learning rate")
+    if logy:
+        ax.set_yscale("log")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title)
+    return fig if fig is not None else ax.figure
