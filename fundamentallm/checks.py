@@ -703,7 +703,299 @@ def check_apply_rope(apply_rope: Callable) -> str:
 
 # --- Chapter 05: normalization and residuals ----------------------------------
 
+def _ch05_rng(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(500 + seed)
+
+
+def _ch05_norm_cases(seed: int) -> list[tuple[str, torch.Tensor, float]]:
+    """(name, x, eps): shapes, dtypes, a large eps (tells eps inside the root from eps outside)
+    and constant rows (zero variance: the result must be finite)."""
+    g = _ch05_rng(seed)
+    return [
+        ("x of shape (4, 8), eps=1e-5", 3 * torch.randn(4, 8, generator=g) + 2, 1e-5),
+        ("x of shape (2, 3, 16) in float64, eps=1e-5",
+         torch.randn(2, 3, 16, generator=g, dtype=torch.float64), 1e-5),
+        ("x of shape (3, 5) with small values and a large eps=0.5",
+         0.1 * torch.randn(3, 5, generator=g), 0.5),
+        ("constant rows (zero variance), eps=1e-5", torch.full((2, 6), 3.0), 1e-5),
+    ]
+
+
+def _ch05_grads(out: Any, inputs: list[torch.Tensor], upstream: torch.Tensor, what: str):
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise CheckFailed(f"{what}: the result is not differentiable -- compute it from the "
+                          f"inputs with torch operations (no .detach(), .item() or NumPy)")
+    return torch.autograd.grad((out * upstream).sum(), inputs, allow_unused=True)
+
+
+@exercise_check
+def check_layer_norm(layer_norm: Callable) -> str:
+    """``layer_norm(x, weight, bias, eps)``: normalise the last dimension with the biased
+    variance, eps inside the square root, then scale and shift; outputs and gradients equal to
+    ``F.layer_norm``."""
+    F = torch.nn.functional
+    for i, (name, x, eps) in enumerate(_ch05_norm_cases(0)):
+        g = _ch05_rng(10 + i)
+        C = x.shape[-1]
+        weight = torch.randn(C, generator=g, dtype=x.dtype)
+        bias = torch.randn(C, generator=g, dtype=x.dtype)
+        ins = [t.clone().requires_grad_(True) for t in (x, weight, bias)]
+        refs = [t.clone().requires_grad_(True) for t in (x, weight, bias)]
+        what = f"layer_norm({name})"
+        out = layer_norm(ins[0], ins[1], ins[2], eps)
+        expected = F.layer_norm(refs[0], (C,), refs[1], refs[2], eps)
+        check_shape(out, tuple(x.shape), what=what)
+        assert_same(out, expected.detach(), what=f"{what} (subtract the mean, divide by "
+                    f"sqrt(biased variance + eps), then * weight + bias)", atol=1e-5, rtol=1e-4)
+        upstream = torch.randn(x.shape, generator=g, dtype=x.dtype)
+        got = _ch05_grads(out, ins, upstream, what)
+        want = torch.autograd.grad((expected * upstream).sum(), refs)
+        for label, a, e in zip(("x", "weight", "bias"), got, want):
+            if a is None:
+                raise CheckFailed(f"{what}: the result does not depend on {label}")
+            assert_same(a, e, what=f"{what}: gradient with respect to {label}", atol=1e-4, rtol=1e-3)
+    return "outputs and gradients equal to F.layer_norm (float32/64, large eps, constant rows)"
+
+
+@exercise_check
+def check_rms_norm(rms_norm: Callable) -> str:
+    """``rms_norm(x, weight, eps)``: ``x / sqrt(mean(x²) + eps) * weight`` over the last
+    dimension; outputs and gradients equal to ``F.rms_norm``."""
+    F = torch.nn.functional
+    cases = _ch05_norm_cases(1) + [("an all-zero row, eps=1e-6", torch.zeros(1, 4), 1e-6)]
+    for i, (name, x, eps) in enumerate(cases):
+        g = _ch05_rng(20 + i)
+        C = x.shape[-1]
+        weight = torch.randn(C, generator=g, dtype=x.dtype)
+        ins = [t.clone().requires_grad_(True) for t in (x, weight)]
+        refs = [t.clone().requires_grad_(True) for t in (x, weight)]
+        what = f"rms_norm({name})"
+        out = rms_norm(ins[0], ins[1], eps)
+        expected = F.rms_norm(refs[0], (C,), refs[1], eps)
+        check_shape(out, tuple(x.shape), what=what)
+        assert_same(out, expected.detach(), what=f"{what} (no mean subtraction: divide by "
+                    f"sqrt(mean of squares + eps), then * weight)", atol=1e-5, rtol=1e-4)
+        upstream = torch.randn(x.shape, generator=g, dtype=x.dtype)
+        got = _ch05_grads(out, ins, upstream, what)
+        want = torch.autograd.grad((expected * upstream).sum(), refs)
+        for label, a, e in zip(("x", "weight"), got, want):
+            if a is None:
+                raise CheckFailed(f"{what}: the result does not depend on {label}")
+            assert_same(a, e, what=f"{what}: gradient with respect to {label}", atol=1e-4, rtol=1e-3)
+    return "outputs and gradients equal to F.rms_norm (incl. large eps and an all-zero row)"
+
+
+@exercise_check
+def check_inverted_dropout(inverted_dropout: Callable) -> str:
+    """``inverted_dropout(x, p, generator)``: zero each element independently with probability
+    ``p``, scale the kept ones by ``1/(1-p)``, draw randomness only from ``generator``;
+    ``p=0`` is the identity; ``ValueError`` for ``p`` outside ``[0, 1)``."""
+    x = torch.randn(200, 200, generator=_ch05_rng(30))
+    x_before = x.clone()
+    out = inverted_dropout(x, 0.0, torch.Generator().manual_seed(0))
+    assert_same(out, x_before, what="inverted_dropout(x, p=0.0) (nothing dropped, nothing scaled)")
+    for p in (0.1, 0.5, 0.8):
+        what = f"inverted_dropout(x of shape (200, 200), p={p})"
+        out = inverted_dropout(x, p, torch.Generator().manual_seed(1))
+        check_shape(out, tuple(x.shape), what=what)
+        if not torch.equal(x, x_before):
+            raise CheckFailed(f"{what} modified its input in place; return a new tensor")
+        out = _as_tensor(out)
+        kept = out != 0
+        rows, cols = kept.any(dim=1) & ~kept.all(dim=1), kept.any(dim=0) & ~kept.all(dim=0)
+        if not (rows.all() and cols.all()):
+            raise CheckFailed(f"{what}: whole rows or columns are dropped together; draw one "
+                              f"independent decision per element (a mask of x's shape)")
+        frac = 1.0 - kept.double().mean().item()
+        tol = 5 * (p * (1 - p) / x.numel()) ** 0.5 + 1e-3
+        if abs(frac - p) > tol:
+            raise CheckFailed(f"{what}: {frac:.3f} of the elements are zero, expected about p={p} "
+                              f"(each element is dropped with probability p, kept with 1 - p)")
+        assert_same(out[kept], x[kept] / (1 - p), what=f"{what}: the kept elements "
+                    f"(they must be scaled by 1/(1-p) so that the expectation is unchanged)")
+    ones = torch.ones(100_000)
+    mean = _as_tensor(inverted_dropout(ones, 0.5, torch.Generator().manual_seed(2))).mean().item()
+    if abs(mean - 1.0) > 0.02:
+        raise CheckFailed(f"inverted_dropout(ones, p=0.5): the mean is {mean:.4f}, expected about 1 "
+                          f"(inverted dropout preserves the expectation)")
+    a = inverted_dropout(x, 0.3, torch.Generator().manual_seed(3))
+    b = inverted_dropout(x, 0.3, torch.Generator().manual_seed(3))
+    c = inverted_dropout(x, 0.3, torch.Generator().manual_seed(4))
+    if not torch.equal(_as_tensor(a), _as_tensor(b)):
+        raise CheckFailed("two calls with generators seeded alike gave different masks: draw the "
+                          "random numbers from `generator` (e.g. torch.rand(x.shape, generator=generator))")
+    if torch.equal(_as_tensor(a), _as_tensor(c)):
+        raise CheckFailed("generators with different seeds gave the same mask: use `generator`")
+    x64 = torch.randn(3, 4, generator=_ch05_rng(31), dtype=torch.float64)
+    out64 = _as_tensor(inverted_dropout(x64, 0.5, torch.Generator().manual_seed(5)))
+    if out64.dtype != torch.float64:
+        raise CheckFailed(f"inverted_dropout(float64 x): the result has dtype {out64.dtype}; "
+                          f"keep x's dtype")
+    g = torch.Generator().manual_seed(6)
+    for bad in (1.0, -0.1, 1.5):
+        _expect_value_error(lambda bad=bad: inverted_dropout(x, bad, g), f"inverted_dropout(x, p={bad})", "p")
+    return "drop rate, 1/(1-p) scaling, unchanged mean, seeded masks, dtype and bad p"
+
+
+def _ch05_blocks(num_layers: int, width: int, norm: bool, seed: int) -> torch.nn.ModuleList:
+    from torch import nn
+    torch.manual_seed(540 + seed)
+    return nn.ModuleList(
+        nn.Sequential(*([nn.LayerNorm(width)] if norm else []), nn.Linear(width, 2 * width),
+                      nn.Tanh(), nn.Linear(2 * width, width))
+        for _ in range(num_layers))
+
+
+def _ch05_reference_grad_norms(blocks, x: torch.Tensor, residual: bool) -> torch.Tensor:
+    h = x
+    for block in blocks:
+        h = h + block(h) if residual else block(h)
+    params = [list(b.parameters()) for b in blocks]
+    grads = torch.autograd.grad(h.mean(), [p for ps in params for p in ps])
+    out, i = [], 0
+    for ps in params:
+        out.append(torch.sqrt(sum(gr.pow(2).sum() for gr in grads[i:i + len(ps)])))
+        i += len(ps)
+    return torch.stack(out).detach()
+
+
+@exercise_check
+def check_residual_gradient_norms(residual_gradient_norms: Callable) -> str:
+    """``residual_gradient_norms(blocks, x, residual)``: run ``h = h + block(h)`` (or
+    ``h = block(h)``) through the blocks, backpropagate ``h.mean()``, and return, per block, the
+    L2 norm of all its parameters' gradients together, as a 1-D tensor."""
+    cases = [(6, 8, False, True), (6, 8, False, False), (4, 6, True, True), (5, 6, True, False),
+             (1, 4, False, True)]
+    for seed, (L, C, norm, residual) in enumerate(cases):
+        blocks = _ch05_blocks(L, C, norm, seed)
+        x = torch.randn(5, C, generator=_ch05_rng(40 + seed))
+        what = (f"residual_gradient_norms({L} blocks of width {C}"
+                f"{' with LayerNorm' if norm else ''}, residual={residual})")
+        expected = _ch05_reference_grad_norms(blocks, x, residual)
+        got = residual_gradient_norms(blocks, x.clone(), residual)
+        if isinstance(got, (list, tuple)):
+            got = torch.tensor([float(v) for v in got])
+        check_shape(got, (L,), what=what)
+        assert_same(_as_tensor(got).float(), expected, what=f"{what} (entry l: sqrt of the summed "
+                    f"squared gradients of every parameter of block l, loss = output.mean())",
+                    rtol=1e-4, atol=1e-7)
+        again = residual_gradient_norms(blocks, x.clone(), residual)
+        if isinstance(again, (list, tuple)):
+            again = torch.tensor([float(v) for v in again])
+        assert_same(_as_tensor(again).float(), expected, what=f"{what}, called a second time on the "
+                    f"same blocks (gradients must not accumulate: zero them, or use "
+                    f"torch.autograd.grad)", rtol=1e-4, atol=1e-7)
+    return f"{len(cases)} stacks with and without residuals and norms"
+
+
 # --- Chapter 06: pre-LN vs post-LN --------------------------------------------
+
+def _ch06_block(norm_position: str, norm: str, seed: int, d_model: int = 16, num_heads: int = 2):
+    """A package ``TransformerBlock`` with random weights, norm gains and biases included (so that
+    swapping norm1 and norm2 shows), in eval mode."""
+    from .config import TransformerConfig
+    from .model import TransformerBlock
+
+    torch.manual_seed(600 + seed)
+    config = TransformerConfig(vocab_size=8, d_model=d_model, num_heads=num_heads, num_layers=1,
+                               max_seq_len=16, norm=norm, norm_position=norm_position)
+    block = TransformerBlock(config).eval()
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if name.startswith("norm"):
+                p.copy_(1.0 + 0.5 * torch.randn(p.shape) if name.endswith("weight") else 0.5 * torch.randn(p.shape))
+    return block
+
+
+def _ch06_check_block(student_fn: Callable, norm_position: str, formula: str) -> str:
+    cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 7, 16), 4), ("layernorm", (3, 1, 8), 1)]
+    for seed, (norm, shape, heads) in enumerate(cases):
+        block = _ch06_block(norm_position, norm, seed, d_model=shape[-1], num_heads=heads)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(610 + seed))
+        with torch.no_grad():
+            expected = block(x)
+            got = student_fn(x.clone(), block.attn, block.ff, block.norm1, block.norm2)
+        what = f"{student_fn.__name__}(x of shape {shape}, {norm}, {heads} heads)"
+        check_shape(got, shape, what=what)
+        assert_same(got, expected, what=f"{what} (expected {formula})", atol=1e-5, rtol=1e-4)
+    return f"{len(cases)} blocks equal to fundamentallm.TransformerBlock(norm_position={norm_position!r})"
+
+
+@exercise_check
+def check_pre_ln_block(pre_ln_block: Callable) -> str:
+    """``pre_ln_block(x, attn, ff, norm1, norm2)``: ``h = x + attn(norm1(x))``,
+    ``h + ff(norm2(h))``; compared with the package's pre-LN ``TransformerBlock``."""
+    return _ch06_check_block(pre_ln_block, "pre", "h = x + attn(norm1(x)); h + ff(norm2(h))")
+
+
+@exercise_check
+def check_post_ln_block(post_ln_block: Callable) -> str:
+    """``post_ln_block(x, attn, ff, norm1, norm2)``: ``h = norm1(x + attn(x))``,
+    ``norm2(h + ff(h))``; compared with the package's post-LN ``TransformerBlock``."""
+    return _ch06_check_block(post_ln_block, "post", "h = norm1(x + attn(x)); norm2(h + ff(h))")
+
+
+@exercise_check
+def check_per_layer_grad_norms(per_layer_grad_norms: Callable) -> str:
+    """``per_layer_grad_norms(model)``: after ``backward()``, the L2 norm of all gradients of each
+    block in ``model.blocks`` (``None`` gradients count as zero), as a 1-D tensor; the gradients
+    themselves are left unchanged."""
+    from .config import TransformerConfig
+    from .model import Transformer
+
+    cases = [(3, "pre", None), (2, "post", None), (1, "pre", None), (3, "pre", "blocks.1.attn.qkv.bias")]
+    for seed, (L, position, frozen) in enumerate(cases):
+        torch.manual_seed(620 + seed)
+        model = Transformer(TransformerConfig(vocab_size=11, d_model=16, num_heads=2, num_layers=L,
+                                              max_seq_len=8, norm_position=position))
+        if frozen is not None:
+            model.get_parameter(frozen).requires_grad_(False)
+        ids = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(630 + seed))
+        _, loss = model(ids, ids)
+        loss.backward()
+        before = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        expected = torch.stack([
+            torch.sqrt(sum((p.grad.double().pow(2).sum() for p in b.parameters() if p.grad is not None),
+                           torch.zeros((), dtype=torch.float64)))
+            for b in model.blocks]).float()
+        what = (f"per_layer_grad_norms({L}-layer {position}-LN model"
+                f"{f' whose {frozen} has no gradient' if frozen else ''})")
+        got = per_layer_grad_norms(model)
+        if isinstance(got, (list, tuple)):
+            got = torch.tensor([float(v) for v in got])
+        check_shape(got, (L,), what=what)
+        assert_same(_as_tensor(got).float(), expected, what=f"{what} (entry l: sqrt of the sum of "
+                    f"squared gradient entries over every parameter of model.blocks[l])",
+                    rtol=1e-4, atol=1e-8)
+        for n, p in model.named_parameters():
+            if n in before and (p.grad is None or not torch.equal(p.grad, before[n])):
+                raise CheckFailed(f"{what} changed the gradient of {n}; only read .grad")
+    return f"{len(cases)} models, pre- and post-LN, one with a parameter without gradient"
+
+
+@exercise_check
+def check_warmup_lr(warmup_lr: Callable) -> str:
+    """``warmup_lr(step, base_lr, warmup_steps)``: with ``s = step + 1``, ``base_lr · s /
+    warmup_steps`` while ``s <= warmup_steps``, then ``base_lr``; ``warmup_steps=0`` means no
+    warmup; ``ValueError`` for a negative ``step`` or ``warmup_steps``."""
+    n = 0
+    for base_lr, warmup in ((1e-3, 10), (0.5, 1), (3e-2, 0), (2.0, 7)):
+        for step in range(3 * max(warmup, 3)):
+            s = step + 1
+            expected = base_lr * s / warmup if s <= warmup else base_lr
+            got = warmup_lr(step, base_lr, warmup)
+            if got is None:
+                raise CheckFailed("got None -- did you forget to return the learning rate?")
+            phase = "warmup" if s <= warmup else "after warmup"
+            assert_same(torch.tensor(float(got), dtype=torch.float64),
+                        torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=1e-15,
+                        what=f"warmup_lr(step={step}, base_lr={base_lr}, warmup_steps={warmup}) ({phase}; "
+                             f"step is 0-based, so step 0 already gets base_lr / warmup_steps)")
+            n += 1
+    _expect_value_error(lambda: warmup_lr(-1, 1e-3, 10), "warmup_lr(step=-1, ...)", "step")
+    _expect_value_error(lambda: warmup_lr(0, 1e-3, -5), "warmup_lr(0, 1e-3, warmup_steps=-5)", "warmup_steps")
+    return f"correct at {n} steps of 4 schedules, and bad arguments rejected"
+
 
 # --- Chapter 07: the full model -----------------------------------------------
 
