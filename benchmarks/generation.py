@@ -6,7 +6,8 @@ Two sizes, batch 1, greedy decoding from a 16-token prompt, random weights (noth
   500 new tokens (``max_seq_len`` raised to 1024 so that prompt + 500 tokens fit);
 * ``gpt2``: ``TransformerConfig.preset("gpt2")`` (GPT-2 small, 124M parameters), 200 new tokens.
 
-Each size is measured with ``fundamentallm.generation.generate`` (``use_cache=True`` and
+Both models get the same random weights (``fundamentallm.interop.from_hf_gpt2``). Each size is
+measured with ``fundamentallm.generation.generate`` (``use_cache=True`` and
 ``False``, GPT-2 architecture with ``attn_impl="sdpa"``) and with
 ``transformers.GPT2LMHeadModel(GPT2Config(...)).generate`` of the same shape (``do_sample=False``,
 ``min_new_tokens`` = ``max_new_tokens`` so it never stops early). Implementations are interleaved
@@ -28,6 +29,7 @@ import torch
 
 from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.generation import generate
+from fundamentallm.interop import from_hf_gpt2
 
 SIZES = {
     "tiny": dict(preset="tiny", overrides=dict(max_seq_len=1024), new_tokens=500),
@@ -67,6 +69,9 @@ def bench_size(size: str, repeats: int, skip_recompute: bool) -> dict:
     n = spec["new_tokens"]
     ours = build_ours(size)
     hf = build_hf(ours.config)
+    # The same weights in both models (fundamentallm.interop maps HF's names and layouts), so the
+    # two run exactly the same computation.
+    ours.load_state_dict(from_hf_gpt2(hf).state_dict())
     prompt = torch.randint(0, ours.config.vocab_size, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(prompt)
 
@@ -88,7 +93,7 @@ def bench_size(size: str, repeats: int, skip_recompute: bool) -> dict:
     if not skip_recompute:
         b = run_recompute()
         assert torch.equal(a, b), "greedy tokens differ with and without the KV cache"
-    run_hf()  # warm-up
+    same_as_hf = torch.equal(a, run_hf())  # also the warm-up; near-ties may flip an argmax
     runs = {"ours_cache": run_cache, "hf_cache": run_hf}
     if not skip_recompute:
         runs["ours_recompute"] = run_recompute
@@ -100,7 +105,7 @@ def bench_size(size: str, repeats: int, skip_recompute: bool) -> dict:
             times[name].append(time_it(fn))
     result = {"size": size, "params": ours.num_parameters(),
               "hf_params": sum(p.numel() for p in hf.parameters()),
-              "new_tokens": n, "prompt_len": PROMPT_LEN}
+              "new_tokens": n, "prompt_len": PROMPT_LEN, "same_tokens_as_hf": same_as_hf}
     for name, ts in times.items():
         med = statistics.median(ts)
         result[f"{name}_tok_s"] = round(n / med, 2)

@@ -191,6 +191,21 @@ def test_cached_logits_equal_full_recompute(overrides):
     torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("attn_impl", ["explicit", "sdpa"])
+def test_cache_in_chunks_and_sdpa_equal_explicit(attn_impl):
+    # Chunks of several tokens after a cache offset use the (T, T_k) causal mask; the fused
+    # path (is_causal / no mask for one query) must agree with the explicit one.
+    model = make_model(pos_encoding="rope")
+    other = make_model(pos_encoding="rope", attn_impl=attn_impl)
+    other.load_state_dict(model.state_dict())
+    seq = torch.randint(0, 37, (2, 15), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full, _ = model(seq)
+        cache = other.make_kv_cache(2)
+        parts = [other(seq[:, a:b], kv_cache=cache)[0] for a, b in ((0, 5), (5, 9), (9, 10), (10, 15))]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("overrides", CONFIGS)
 def test_greedy_with_cache_equals_recompute(overrides):
     model = make_model(**overrides)
