@@ -103,6 +103,19 @@ class BookPlugin:
         tr.write_line(f"{sum(self.durations.values()):7.1f} s  total ({len(self.durations)} notebooks)")
 
 
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """A test may not leak changes of ``os.environ`` into later tests. The notebooks run after
+    the unit tests in the same pytest process, and their kernels inherit its environment: e.g.
+    ``set_seed(2**40 + 7)`` writes ``PYTHONHASHSEED=1099511627783``, out of Python's range, and
+    every later kernel then dies at start ("Kernel died before replying to kernel_info")."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("fundamentallm-book"):
         config.pluginmanager.register(BookPlugin(config), "fundamentallm-book")
