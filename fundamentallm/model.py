@@ -184,7 +184,10 @@ class Transformer(_Backbone):
             if targets.shape != input_ids.shape:
                 raise ValueError(f"targets must have the shape of input_ids {tuple(input_ids.shape)}, "
                                  f"got {tuple(targets.shape)}")
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten().long(), ignore_index=-100)
+            # subtle: half-precision logits are upcast for a stable loss; float64 stays float64.
+            flat = logits.flatten(0, 1)
+            flat = flat.float() if flat.dtype in (torch.float16, torch.bfloat16) else flat
+            loss = F.cross_entropy(flat, targets.flatten().long(), ignore_index=-100)
         return (logits, loss, attentions) if return_attention else (logits, loss)
 
     def make_kv_cache(self, batch_size: int, device: Optional[torch.device] = None,
