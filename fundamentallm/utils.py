@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 from typing import Optional, Union
 
@@ -13,13 +12,15 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
 def set_seed(seed: int) -> None:
-    """Seed Python, NumPy and PyTorch (all devices) so that the same seed gives the same numbers."""
+    """Seed Python, NumPy and PyTorch (all devices) so that the same seed gives the same numbers.
+
+    It does not touch ``PYTHONHASHSEED``: that only affects processes started afterwards, and an
+    out-of-range value would break them (e.g. every later Jupyter kernel)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed={seed!r} must be an integer")
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-    os.environ["PYTHONHASHSEED"] = str(seed)
 
 
 def get_device(device: Optional[Union[str, torch.device]] = "auto") -> torch.device:
