@@ -242,3 +242,41 @@ def plot_lr_schedule(configs, steps: Optional[int] = None, ax=None, title: Optio
     if title:
         ax.set_title(title)
     return fig if fig is not None else ax.figure
+
+
+def plot_token_distribution(probs, labels: Optional[Sequence[str]] = None, reference=None, ax=None,
+                            top: int = 20, title: Optional[str] = None):
+    """Bar chart of a next-token distribution ``(V,)``: the ``top`` most likely tokens, most
+    likely first. With ``reference`` (the distribution before a filter, ``(V,)``) the reference
+    is drawn as wide grey bars and ``probs`` (after the filter) as narrow coloured bars on top,
+    in the reference's order; a token the filter removed shows grey only."""
+    p = _np(probs).astype(float)
+    ref = _np(reference).astype(float) if reference is not None else None
+    if p.ndim != 1 or (ref is not None and ref.shape != p.shape):
+        raise ValueError(f"probs and reference must be (V,) vectors of one shape, got {p.shape} and "
+                         f"{None if ref is None else ref.shape}")
+    if not isinstance(top, int) or top < 1:
+        raise ValueError(f"top={top!r} must be a positive integer")
+    if labels is not None and len(labels) != len(p):
+        raise ValueError(f"labels has {len(labels)} entries but probs has {len(p)}")
+    order = np.argsort(-(ref if ref is not None else p), kind="stable")[:top]
+    names = [str(labels[i]) if labels is not None else str(i) for i in order]
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(0.32 * len(order) + 2, 3))
+    x = np.arange(len(order))
+    if ref is not None:
+        ax.bar(x, ref[order], width=0.8, color="0.82", label="before")
+    ax.bar(x, p[order], width=0.45 if ref is not None else 0.8, color="C0",
+           label="after" if ref is not None else None)
+    ax.set_xticks(x, labels=names, fontsize=8)
+    ax.set_xlim(-0.6, len(order) - 0.4)
+    ax.set_ylabel("probability")
+    ax.grid(axis="y", alpha=0.3)
+    if ref is not None:
+        ax.legend(fontsize=8, loc="upper right")
+    if title:
+        ax.set_title(title, fontsize=10)
+    if fig is not None:
+        fig.tight_layout()
+    return fig if fig is not None else ax.figure
