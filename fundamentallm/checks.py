@@ -1429,6 +1429,185 @@ def check_clip_grad_norm(clip_grad_norm: Callable) -> str:
 
 # --- Chapter 10: sampling -----------------------------------------------------
 
+def _ch10_rng(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(1000 + seed)
+
+
+def _ch10_filtered(got: Any, logits: torch.Tensor, what: str) -> torch.Tensor:
+    """The student's filtered logits as a tensor of the input's shape; the input unchanged."""
+    if got is None:
+        raise CheckFailed(f"{what}: got None -- did you forget to return the filtered logits?")
+    if not isinstance(got, torch.Tensor):
+        raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
+    check_shape(got, tuple(logits.shape), what=what)
+    if torch.isnan(got).any():
+        raise CheckFailed(f"{what}: the result contains NaN; removed tokens should be -inf")
+    removed_other = (got != logits) & ~torch.isneginf(got)
+    if removed_other.any():
+        idx = tuple(int(i) for i in removed_other.nonzero()[0])
+        raise CheckFailed(f"{what}: at index {idx} the logit {logits[idx].item():.4g} became "
+                          f"{got[idx].item():.4g}; kept logits must be unchanged and removed "
+                          f"ones exactly -inf (not 0, not probabilities)")
+    return got
+
+
+def _ch10_compare_kept(got: torch.Tensor, expected_keep: torch.Tensor, what: str) -> None:
+    kept = ~torch.isneginf(got)
+    if not torch.equal(kept, expected_keep):
+        idx = tuple(int(i) for i in (kept != expected_keep).nonzero()[0])
+        should = "kept" if bool(expected_keep[idx]) else "removed (-inf)"
+        raise CheckFailed(f"{what}: the token at index {idx} should be {should}; you kept "
+                          f"{int(kept.sum())} tokens, the reference keeps {int(expected_keep.sum())}")
+
+
+@exercise_check
+def check_top_k_filter(top_k_filter: Callable) -> str:
+    """``top_k_filter(logits, k)`` for ``(..., V)`` logits: keep each row's logits >= its k-th
+    largest (ties kept), -inf elsewhere; compared with a reference built on ``torch.sort``."""
+    g = _ch10_rng(0)
+    cases = [("(4, 50) logits, k=5", torch.randn(4, 50, generator=g), 5),
+             ("(2, 3, 20) logits, k=1 (greedy)", torch.randn(2, 3, 20, generator=g), 1),
+             ("one row (30,), k=7", torch.randn(30, generator=g) * 4, 7),
+             ("(3, 10) logits, k=V=10", torch.randn(3, 10, generator=g), 10),
+             ("(3, 10) logits, k=15 > V", torch.randn(3, 10, generator=g), 15),
+             ("float64 (2, 40) logits, k=12", torch.randn(2, 40, generator=g, dtype=torch.float64), 12),
+             ("ties: [1, 3, 3, 2, 0], k=2 (both 3s are kept)",
+              torch.tensor([[1.0, 3.0, 3.0, 2.0, 0.0]]), 2),
+             ("ties: [1, 3, 3, 2, 0], k=3", torch.tensor([[1.0, 3.0, 3.0, 2.0, 0.0]]), 3),
+             ("ties: [5, 5, 5, 1], k=1 (all three 5s are kept)", torch.tensor([5.0, 5.0, 5.0, 1.0]), 1)]
+    for what, logits, k in cases:
+        before = logits.clone()
+        got = top_k_filter(logits, k)
+        if not torch.equal(logits, before):
+            raise CheckFailed(f"{what}: your function modified its input; return a new tensor")
+        got = _ch10_filtered(got, logits, what)
+        r = min(k, logits.shape[-1])
+        kth = torch.sort(logits, dim=-1, descending=True).values[..., r - 1:r]  # (..., 1)
+        _ch10_compare_kept(got, logits >= kth, what)
+    return f"{len(cases)} cases (batches, k = 1, k >= V, float64, ties) equal the reference"
+
+
+def _ch10_top_p_reference(logits: torch.Tensor, p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row by row in float64: the keep mask, and which rows sit within 1e-5 of a boundary."""
+    rows = logits.reshape(-1, logits.shape[-1]).double()
+    keep = torch.zeros(rows.shape, dtype=torch.bool)
+    ambiguous = torch.zeros(rows.shape[0], dtype=torch.bool)
+    for r, row in enumerate(rows):
+        probs = torch.softmax(row, dim=-1)
+        mass = 0.0
+        for i in torch.argsort(row, descending=True).tolist():
+            if abs(mass - p) < 1e-5:
+                ambiguous[r] = True
+            if mass >= p:
+                break
+            keep[r, i] = True
+            mass += probs[i].item()
+    return keep.reshape(logits.shape), ambiguous.reshape(logits.shape[:-1])
+
+
+@exercise_check
+def check_top_p_filter(top_p_filter: Callable) -> str:
+    """``top_p_filter(logits, p)`` for ``(..., V)`` logits: nucleus filtering of each row, compared
+    with a row-by-row float64 reference (rows within 1e-5 of a boundary are not compared)."""
+    g = _ch10_rng(1)
+    three = torch.log(torch.tensor([0.5, 0.3, 0.2]))
+    peaked = torch.zeros(2, 25)
+    peaked[:, 3] = 20.0
+    cases = [("[0.5, 0.3, 0.2], p=0.75 (keeps two)", three, 0.75),
+             ("[0.5, 0.3, 0.2], p=0.85 (keeps three)", three, 0.85),
+             ("[0.5, 0.3, 0.2], p=0.3 (keeps the most likely only)", three, 0.3),
+             ("[0.5, 0.3, 0.2] in reverse order, p=0.75", three.flip(0), 0.75),
+             ("(4, 30) logits, p=0.9", torch.randn(4, 30, generator=g) * 2, 0.9),
+             ("(2, 3, 12) logits, p=0.5", torch.randn(2, 3, 12, generator=g) * 2, 0.5),
+             ("one row (40,), p=0.1", torch.randn(40, generator=g) * 3, 0.1),
+             ("(3, 16) logits, p=1.0 (keeps everything)", torch.randn(3, 16, generator=g), 1.0),
+             ("(2, 25) peaked rows, p=0.9", peaked, 0.9),
+             ("float64 (5, 50) logits, p=0.95", torch.randn(5, 50, generator=g, dtype=torch.float64), 0.95)]
+    for what, logits, p in cases:
+        before = logits.clone()
+        got = top_p_filter(logits, p)
+        if not torch.equal(logits, before):
+            raise CheckFailed(f"{what}: your function modified its input; return a new tensor")
+        got = _ch10_filtered(got, logits, what)
+        keep, ambiguous = _ch10_top_p_reference(logits, p)
+        clear = ~ambiguous
+        _ch10_compare_kept(got[clear], keep[clear], what)
+    return f"{len(cases)} cases (a worked example, batches, p = 1, peaked rows) equal the reference"
+
+
+def _ch10_greedy_reference(model_fn: Callable, ids: torch.Tensor, n: int) -> torch.Tensor:
+    for _ in range(n):
+        ids = torch.cat([ids, model_fn(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+@exercise_check
+def check_greedy_decode(greedy_decode: Callable) -> str:
+    """``greedy_decode(model_fn, ids, n)`` -> ``(B, T + n)``, compared with a reference loop, on
+    a bigram model and on a model whose prediction depends on the whole context."""
+    V = 11
+    table = torch.randn(V, V, generator=_ch10_rng(2))
+
+    def bigram(ids):  # (B, T) -> (B, T, V): depends on the last token only
+        return table[ids]
+
+    def whole_context(ids):  # position t looks at the sum of tokens 0..t
+        return table[ids.cumsum(dim=1) % V]
+
+    models = {"a bigram model": bigram, "a model that reads the whole context": whole_context}
+    prompts = [torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]]), torch.tensor([[3]]),
+               torch.tensor([[0, 10, 5, 5]])]
+    for name, fn in models.items():
+        for ids, n in zip(prompts, (6, 10, 0)):
+            before = ids.clone()
+            got = greedy_decode(fn, ids, n)
+            if not torch.equal(ids, before):
+                raise CheckFailed("your function modified the prompt ids; build a new tensor")
+            what = f"{name}, prompt of shape {tuple(ids.shape)}, n={n}"
+            if not isinstance(got, torch.Tensor):
+                raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
+            expected = _ch10_greedy_reference(fn, ids, n)
+            check_shape(got, tuple(expected.shape), what=what)
+            if not torch.equal(got[:, :ids.shape[1]], ids):
+                raise CheckFailed(f"{what}: the result must start with the prompt")
+            if not torch.equal(got.long(), expected):
+                t = int((got.long() != expected).any(0).nonzero()[0])
+                raise CheckFailed(f"{what}: position {t} should be {expected[:, t].tolist()}, got "
+                                  f"{got[:, t].tolist()} (does the model see the whole sequence "
+                                  f"so far at every step?)")
+    return "bigram and whole-context models decoded like the reference"
+
+
+@exercise_check
+def check_cached_attention(cached_attention: Callable) -> str:
+    """``cached_attention(q, k_new, v_new, cache)`` -> ``(out, (k, v))``, fed in chunks and
+    compared with ``F.scaled_dot_product_attention(..., is_causal=True)`` on the whole sequence."""
+    g = _ch10_rng(3)
+    B, H, T, D = 2, 3, 9, 4
+    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    for chunks in ([9], [4, 1, 1, 3], [1] * 9, [2, 5, 2]):
+        what = f"chunks of {chunks}"
+        cache, outs, start = None, [], 0
+        for size in chunks:
+            end = start + size
+            res = cached_attention(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], cache)
+            if not isinstance(res, (tuple, list)) or len(res) != 2:
+                raise CheckFailed(f"{what}: return a pair (out, (k, v))")
+            out, cache = res
+            if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+                raise CheckFailed(f"{what}: the new cache must be a pair (k, v)")
+            step = f"{what}, positions {start}..{end - 1}"
+            check_shape(out, (B, H, size, D), what=f"out for {step}")
+            assert_same(cache[0], k[:, :, :end], what=f"cached keys after {step}")
+            assert_same(cache[1], v[:, :, :end], what=f"cached values after {step}")
+            assert_same(out, expected[:, :, start:end],
+                        what=f"out for {step} (vs causal attention over the whole sequence)")
+            outs.append(out)
+            start = end
+    return "4 ways of chunking a sequence equal causal attention over the whole sequence"
+
+
 # --- Chapter 11: backprop by hand ---------------------------------------------
 
 def _ch11_rng(seed: int) -> np.random.Generator:
@@ -1534,5 +1713,227 @@ def check_attention_backward(attention_backward: Callable) -> str:
 
 
 # --- Chapter 12: capstone, digit operations -----------------------------------
+
+def _ch12_rng(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(1200 + seed)
+
+
+_CH12_OPS = ("First", "Second", "Last", "Max", "Min")
+
+
+def _ch12_answer(op: str, digits: list[int]) -> int:
+    # An independent reference: by sorting and indexing rather than max/min.
+    ordered = sorted(digits)
+    return {"First": digits[0], "Second": digits[1], "Last": digits[len(digits) - 1],
+            "Max": ordered[-1], "Min": ordered[0]}[op]
+
+
+@exercise_check
+def check_apply_operation(apply_operation: Callable) -> str:
+    """``apply_operation(op, digits)`` -> the answer digit, on hand-picked cases (ties, two
+    digits, the answer at either end), on 500 examples of ``digit_operations`` (compared with
+    their labels), and a ``ValueError`` naming an unknown operation."""
+    from .data import digit_operations
+
+    cases = [("Max", [3, 5, 1]), ("Min", [3, 5, 1]), ("First", [7, 2]), ("Second", [7, 2]),
+             ("Last", [7, 2]), ("Max", [9, 9, 0]), ("Min", [4, 0, 0, 8]), ("Last", [1, 2, 3, 4, 5, 6]),
+             ("Max", [0, 1, 2, 3, 9]), ("Min", [0, 5, 5]), ("Second", [5, 5, 6]), ("First", [0, 0])]
+    for op, digits in cases:
+        given = list(digits)
+        got = apply_operation(op, given)
+        if given != digits:
+            raise CheckFailed(f"{op} {digits}: your function changed the caller's list to {given} "
+                              f"(sorting in place?); work on a copy")
+        expected = _ch12_answer(op, digits)
+        if got is None or isinstance(got, bool) or int(got) != expected:
+            raise CheckFailed(f"{op} ( {' '.join(map(str, digits))} ): expected {expected}, got {got!r}")
+    task = digit_operations(n_train=500, n_val=0, n_test=0, min_len=2, max_len=8, seed=12)
+    split = task.train
+    for i, (op, digits) in enumerate(zip(split.operations, split.digits)):
+        got = apply_operation(op, list(digits))
+        if got is None or int(got) != int(split.labels[i]):
+            raise CheckFailed(f"digit_operations example {i}, {op} {digits}: the label is "
+                              f"{int(split.labels[i])}, got {got!r}")
+    try:
+        apply_operation("Median", [1, 2, 3])
+    except ValueError as e:
+        if "Median" not in str(e):
+            raise CheckFailed(f"the ValueError for an unknown operation should name it ('Median'); "
+                              f"the message was: {e}") from None
+    else:
+        raise CheckFailed("apply_operation('Median', [1, 2, 3]) should raise ValueError naming the "
+                          "operation and the allowed ones")
+    return f"{len(cases)} hand-picked cases, 500 labelled examples and an unknown operation"
+
+
+def _ch12_per_op_reference(preds, labels, operations) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for op in dict.fromkeys(operations):  # first-seen order
+        idx = [i for i, o in enumerate(operations) if o == op]
+        out[op] = sum(int(preds[i]) == int(labels[i]) for i in idx) / len(idx)
+    return out
+
+
+@exercise_check
+def check_accuracy_by_operation(accuracy_by_operation: Callable) -> str:
+    """``accuracy_by_operation(preds, labels, operations)`` -> ``{op: accuracy}``, compared with
+    a loop over the examples, on random predictions, a perfect operation, a hopeless one, a
+    single operation and a single example."""
+    g = _ch12_rng(1)
+    cases = []
+    n = 300
+    ops = [_CH12_OPS[int(i)] for i in torch.randint(0, 5, (n,), generator=g)]
+    labels = torch.randint(0, 10, (n,), generator=g)
+    preds = torch.where(torch.rand(n, generator=g) < 0.7, labels, torch.randint(0, 10, (n,), generator=g))
+    cases.append(("random predictions, 5 operations", preds, labels, ops))
+    fixed = preds.clone()
+    for i, op in enumerate(ops):
+        if op == "First":
+            fixed[i] = labels[i]  # always right
+        elif op == "Max":
+            fixed[i] = (labels[i] + 1) % 10  # always wrong
+    cases.append(("First always right, Max always wrong", fixed, labels, ops))
+    cases.append(("one operation", preds[:40], labels[:40], ["Min"] * 40))
+    cases.append(("one example", torch.tensor([3]), torch.tensor([3]), ["Last"]))
+    cases.append(("uneven counts", torch.tensor([1, 2, 3, 4, 5, 6]), torch.tensor([1, 0, 3, 0, 0, 6]),
+                  ["Max", "Max", "Max", "Max", "Min", "Min"]))
+    for what, p, y, o in cases:
+        got = accuracy_by_operation(p.clone(), y.clone(), list(o))
+        expected = _ch12_per_op_reference(p, y, o)
+        if not isinstance(got, dict):
+            raise CheckFailed(f"{what}: expected a dict {{operation: accuracy}}, got {type(got).__name__}")
+        if set(got) != set(expected):
+            raise CheckFailed(f"{what}: expected the keys {sorted(expected)} (the operations present), "
+                              f"got {sorted(got)}")
+        for op, value in expected.items():
+            v = got[op]
+            v = float(v.item() if isinstance(v, torch.Tensor) else v)
+            if abs(v - value) > 1e-6:
+                raise CheckFailed(f"{what}: accuracy of {op} should be {value:.4f} (a fraction of that "
+                                  f"operation's examples), got {v:.4f}")
+    return f"{len(cases)} cases equal a loop over the examples"
+
+
+@exercise_check
+def check_mean_pool(mean_pool: Callable) -> str:
+    """``mean_pool(hidden, attention_mask)`` -> ``(B, C)`` mean of the non-padding vectors,
+    compared with a per-row loop and with ``TransformerClassifier(pooling="mean")``."""
+    from .attention import padding_mask
+    from .config import TransformerConfig
+    from .model import TransformerClassifier
+
+    g = _ch12_rng(2)
+    B, T, C = 4, 7, 5
+    hidden = torch.randn(B, T, C, generator=g, dtype=torch.float64)
+    lengths = [7, 1, 4, 6]
+    bool_mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # (B, T)
+    cases = [("a bool mask, rows of 7, 1, 4 and 6 tokens", hidden, bool_mask),
+             ("a 0/1 integer mask", hidden, bool_mask.long()),
+             ("no padding", hidden[:2], torch.ones(2, T, dtype=torch.bool)),
+             ("padding in the middle", hidden[:1], torch.tensor([[1, 0, 1, 1, 0, 0, 1]], dtype=torch.bool))]
+    for what, h, m in cases:
+        h_before, m_before = h.clone(), m.clone()
+        got = mean_pool(h, m)
+        if not (torch.equal(h, h_before) and torch.equal(m, m_before)):
+            raise CheckFailed(f"{what}: your function modified its inputs")
+        expected = torch.stack([h[b][m[b].bool()].mean(dim=0) for b in range(h.shape[0])])
+        check_shape(got, tuple(expected.shape), what=f"output for {what}")
+        assert_same(got, expected, what=f"output for {what}")
+    torch.manual_seed(12)
+    cfg = TransformerConfig(vocab_size=20, d_model=16, num_heads=2, num_layers=1, max_seq_len=T, causal=False)
+    model = TransformerClassifier(cfg, num_classes=10, pooling="mean").eval()
+    ids = torch.randint(0, 20, (B, T), generator=g)
+    with torch.no_grad():
+        expected = model(ids, attention_mask=bool_mask)[0]
+        got = model.head(mean_pool(model.hidden_states(ids, mask=padding_mask(bool_mask)), bool_mask))
+    assert_same(got, expected, what="TransformerClassifier(pooling='mean') logits through your pooling")
+    return f"{len(cases)} cases equal a per-row mean, and TransformerClassifier(pooling='mean')"
+
+
+def _ch12_mlm_call(mlm_mask: Callable, ids: torch.Tensor, seed: int, **kwargs):
+    before = ids.clone()
+    out = mlm_mask(ids, torch.Generator().manual_seed(seed), **kwargs)
+    if not torch.equal(ids, before):
+        raise CheckFailed("your function modified input_ids in place; corrupt a copy")
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise CheckFailed(f"expected a pair (corrupted_ids, labels), got {type(out).__name__}")
+    corrupted, labels = (torch.as_tensor(t) for t in out)
+    for name, t in (("corrupted_ids", corrupted), ("labels", labels)):
+        check_shape(t, tuple(ids.shape), what=name)
+        if t.is_floating_point() or t.dtype == torch.bool:
+            raise CheckFailed(f"{name}: expected integer token ids, got dtype {t.dtype}")
+    return corrupted.long(), labels.long()
+
+
+@exercise_check
+def check_mlm_mask(mlm_mask: Callable) -> str:
+    """``mlm_mask(input_ids, generator, mask_id, vocab_size, special_ids, select_prob)`` ->
+    ``(corrupted_ids, labels)``: structure checked exactly (labels, untouched positions and special
+    tokens), the 15% / 80-10-10 rates checked statistically (5 standard deviations) on 2,000
+    sequences, and reproducibility from the generator alone."""
+    V, mask_id, pad, cls = 30, 5, 0, 1
+    special = (pad, cls, mask_id)
+    kwargs = dict(mask_id=mask_id, vocab_size=V, special_ids=special, select_prob=0.15)
+    g = _ch12_rng(3)
+    B, T = 2000, 24
+    ids = torch.randint(6, V, (B, T), generator=g)  # ordinary tokens are 6..29
+    ids[:, 0] = cls
+    lengths = torch.randint(4, T + 1, (B,), generator=g)
+    ids[torch.arange(T)[None, :] >= lengths[:, None]] = pad
+    corrupted, labels = _ch12_mlm_call(mlm_mask, ids, 0, **kwargs)
+    eligible = ~torch.isin(ids, torch.tensor(special))
+    selected = labels != -100
+    if (selected & ~eligible).any():
+        b, t = (int(i) for i in (selected & ~eligible).nonzero()[0])
+        raise CheckFailed(f"special token {int(ids[b, t])} at [{b}, {t}] was selected; "
+                          f"tokens in special_ids={special} are never selected")
+    if not torch.equal(labels[selected], ids[selected]):
+        raise CheckFailed("labels must hold the ORIGINAL token at selected positions")
+    if not torch.equal(corrupted[~selected], ids[~selected]):
+        b, t = (int(i) for i in (corrupted != ids).logical_and(~selected).nonzero()[0])
+        raise CheckFailed(f"position [{b}, {t}] is not selected (its label is -100) but its token "
+                          f"changed from {int(ids[b, t])} to {int(corrupted[b, t])}")
+    if corrupted.min() < 0 or corrupted.max() >= V:
+        raise CheckFailed(f"corrupted ids must lie in [0, vocab_size={V})")
+    n_eligible, n_sel = int(eligible.sum()), int(selected.sum())
+
+    def near(name, value, p, n, slack=0.005):
+        tol = 5 * (p * (1 - p) / n) ** 0.5 + slack
+        if abs(value - p) > tol:
+            raise CheckFailed(f"{name}: expected about {p:.3f}, got {value:.3f} (tolerance {tol:.3f})")
+
+    near("fraction of eligible tokens selected", n_sel / n_eligible, 0.15, n_eligible)
+    to_mask = selected & (corrupted == mask_id)
+    kept = selected & (corrupted == ids)
+    other = selected & (corrupted != mask_id) & (corrupted != ids)
+    near("fraction of selected tokens replaced by mask_id", int(to_mask.sum()) / n_sel, 0.8, n_sel)
+    near("fraction of selected tokens left unchanged", int(kept.sum()) / n_sel, 0.1, n_sel)
+    near("fraction of selected tokens replaced by a random token", int(other.sum()) / n_sel, 0.1, n_sel)
+    if len(torch.unique(corrupted[other])) < V // 2:
+        raise CheckFailed(f"the random replacements use only {len(torch.unique(corrupted[other]))} "
+                          f"distinct tokens; draw them uniformly from the vocabulary")
+    # Reproducible from the generator alone (the global RNG must not matter).
+    small = ids[:64]
+    torch.manual_seed(0)
+    a = _ch12_mlm_call(mlm_mask, small, 7, **kwargs)
+    torch.manual_seed(1)
+    b = _ch12_mlm_call(mlm_mask, small, 7, **kwargs)
+    if not (torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])):
+        raise CheckFailed("the same generator seed gave different results: draw every random "
+                          "number from `generator`, not from torch's global RNG")
+    c = _ch12_mlm_call(mlm_mask, small, 8, **kwargs)
+    if torch.equal(a[1], c[1]):
+        raise CheckFailed("different generator seeds gave the same selection: use the generator")
+    # Edge probabilities: all eligible tokens, or none.
+    corrupted, labels = _ch12_mlm_call(mlm_mask, small, 9, **{**kwargs, "select_prob": 1.0})
+    if not torch.equal(labels != -100, eligible[:64]):
+        raise CheckFailed("with select_prob=1.0 every non-special token must be selected")
+    corrupted, labels = _ch12_mlm_call(mlm_mask, small, 9, **{**kwargs, "select_prob": 0.0})
+    if (labels != -100).any() or not torch.equal(corrupted, small):
+        raise CheckFailed("with select_prob=0.0 nothing is selected: labels all -100, ids unchanged")
+    return (f"structure exact; selected {n_sel / n_eligible:.3f} of eligible tokens, of which "
+            f"{int(to_mask.sum()) / n_sel:.3f} masked, {int(other.sum()) / n_sel:.3f} random, "
+            f"{int(kept.sum()) / n_sel:.3f} kept")
+
 
 # --- Chapter 13: debugging transformers ---------------------------------------
