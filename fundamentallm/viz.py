@@ -280,3 +280,36 @@ def plot_token_distribution(probs, labels: Optional[Sequence[str]] = None, refer
     if fig is not None:
         fig.tight_layout()
     return fig if fig is not None else ax.figure
+
+
+def plot_runs(curves: dict, ax=None, smooth: int = 1, logy: bool = False, ylabel: str = "loss",
+              xlabel: str = "step", title: Optional[str] = None, styles: Optional[dict] = None):
+    """One line per run for ``{name: sequence of values}`` (a loss or gradient-norm trace per
+    training step), optionally smoothed by a trailing moving average over ``smooth`` steps
+    (the first points average what is available). ``styles`` maps a name to ``plot`` keyword
+    arguments, e.g. ``{"correct": {"color": "k", "lw": 2}}``."""
+    if not curves:
+        raise ValueError("curves is empty: pass {run_name: values}")
+    if not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth={smooth!r} must be a positive integer (1 = no smoothing)")
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, values in curves.items():
+        y = _np(values).astype(float).ravel()
+        if smooth > 1 and len(y):
+            csum = np.cumsum(np.insert(y, 0, 0.0))
+            counts = np.minimum(np.arange(1, len(y) + 1), smooth)
+            y = (csum[1:] - csum[np.arange(1, len(y) + 1) - counts]) / counts
+        ax.plot(np.arange(len(y)), y, label=name, **(styles or {}).get(name, {}))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    if fig is not None:
+        fig.tight_layout()
+    return fig if fig is not None else ax.figure
