@@ -282,6 +282,71 @@ def plot_token_distribution(probs, labels: Optional[Sequence[str]] = None, refer
     return fig if fig is not None else ax.figure
 
 
+def plot_attention_examples(examples: dict, tokens, title: Optional[str] = None,
+                            highlight_query: Optional[int] = None, cell_size: float = 1.6):
+    """Grid of heatmaps, one row per example and one column per head, for one layer:
+    ``examples`` maps a row label to that example's ``(H, T_q, T_k)`` weights. ``tokens`` is one
+    list shared by every row or a mapping ``{row label: tokens}``. ``highlight_query`` outlines
+    that query's row in every panel (e.g. the token whose output the model reads)."""
+    from matplotlib.patches import Rectangle
+
+    if not isinstance(examples, dict) or not examples:
+        raise ValueError("examples must be a non-empty mapping {row label: (H, T_q, T_k) weights}")
+    ws = {label: _np(w) for label, w in examples.items()}
+    shapes = {w.shape for w in ws.values()}
+    if any(w.ndim != 3 for w in ws.values()) or len({s[0] for s in shapes}) != 1:
+        raise ValueError(f"every example needs (H, T_q, T_k) weights with the same H, got {sorted(shapes)}")
+    R, H = len(ws), next(iter(ws.values())).shape[0]
+    fig, axes = plt.subplots(R, H, figsize=(cell_size * H + 0.6, cell_size * R + 0.5), squeeze=False,
+                             layout="constrained")
+    for r, (label, w) in enumerate(ws.items()):
+        toks = list(tokens[label]) if isinstance(tokens, dict) else list(tokens)
+        if len(toks) != w.shape[-1]:
+            raise ValueError(f"row {label!r}: {len(toks)} tokens for {w.shape[-1]} keys")
+        for head in range(H):
+            ax = axes[r, head]
+            ax.imshow(w[head], cmap="viridis", vmin=0.0, vmax=1.0)
+            ax.set_xticks(range(len(toks)), labels=toks if r == R - 1 else [], fontsize=6, rotation=90)
+            ax.set_yticks(range(w.shape[1]), labels=toks[:w.shape[1]] if head == 0 else [], fontsize=6)
+            if highlight_query is not None:
+                ax.add_patch(Rectangle((-0.5, highlight_query - 0.5), w.shape[-1], 1.0, fill=False,
+                                       edgecolor="red", linewidth=1.2))
+            if r == 0:
+                ax.set_title(f"head {head}", fontsize=8)
+            if head == 0:
+                ax.set_ylabel(label, fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def plot_accuracy_curves(steps, curves: dict, ax=None, title: Optional[str] = None,
+                         chance: Optional[float] = None, xlabel: str = "training step"):
+    """Accuracy against training step, one line per entry of ``curves`` (``{label: accuracies}``,
+    each as long as ``steps``); ``chance`` draws the accuracy of guessing as a dotted line."""
+    x = _np(steps)
+    if not isinstance(curves, dict) or not curves:
+        raise ValueError("curves must be a non-empty mapping {label: accuracies}")
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+    for label, acc in curves.items():
+        y = _np(acc)
+        if y.shape != x.shape:
+            raise ValueError(f"curve {label!r} has {y.shape[0] if y.ndim else 0} points for {len(x)} steps")
+        ax.plot(x, y, marker="o", ms=3, label=label)
+    if chance is not None:
+        ax.axhline(chance, color="k", ls=":", lw=1, label="chance")
+    ax.set(xlabel=xlabel, ylabel="accuracy", ylim=(-0.02, 1.02))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    if fig is not None:
+        fig.tight_layout()
+    return fig if fig is not None else ax.figure
+
+
 def plot_runs(curves: dict, ax=None, smooth: int = 1, logy: bool = False, ylabel: str = "loss",
               xlabel: str = "step", title: Optional[str] = None, styles: Optional[dict] = None):
     """One line per run for ``{name: sequence of values}`` (a loss or gradient-norm trace per
