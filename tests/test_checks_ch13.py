@@ -1,0 +1,186 @@
+"""The chapter 13 exercise checks: they pass correct answers and fail, with CheckFailed, a stub and
+plausible wrong answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fundamentallm import checks
+from fundamentallm.checks import CheckFailed
+
+# --- correct answers ---------------------------------------------------------------------------
+
+
+def find_nan_or_inf(named_tensors):
+    return [n for n, t in named_tensors
+            if t is not None and t.is_floating_point() and not torch.isfinite(t).all()]
+
+
+def detect_loss_spike(losses, factor=2.0, window=10):
+    out = []
+    for i, x in enumerate(losses):
+        prev = [v for v in losses[max(0, i - window):i] if math.isfinite(v)]
+        if not math.isfinite(x) or (prev and x > factor * sum(prev) / len(prev)):
+            out.append(i)
+    return out
+
+
+def detect_loss_spike_tensor(losses, factor=2.0, window=10):
+    """A vectorised answer: also correct."""
+    t = torch.tensor(losses, dtype=torch.float64)
+    out = []
+    for i in range(len(t)):
+        w = t[max(0, i - window):i]
+        w = w[torch.isfinite(w)]
+        if not torch.isfinite(t[i]) or (len(w) and t[i] > factor * w.mean()):
+            out.append(i)
+    return out
+
+
+def bad_attention_rows(weights, atol=1e-5):
+    finite = torch.isfinite(weights).all(-1)
+    w = torch.where(torch.isfinite(weights), weights, torch.zeros_like(weights))
+    return ~(finite & ((w.sum(-1) - 1).abs() <= atol) & (w.amin(-1) >= 0))
+
+
+def _outputs(model, ids):
+    out, handles = [], []
+    for name, module in model.named_modules():
+        if name:
+            handles.append(module.register_forward_hook(
+                lambda m, i, o, name=name: out.append((name, o))))
+    with torch.no_grad():
+        model(ids)
+    for h in handles:
+        h.remove()
+    return [(n, o) for n, o in out if isinstance(o, torch.Tensor)]
+
+
+def first_divergence(model_a, model_b, input_ids, atol=1e-5):
+    b = dict(_outputs(model_b, input_ids))
+    for name, o in _outputs(model_a, input_ids):
+        if name in b and (o.shape != b[name].shape or (o - b[name]).abs().max() > atol):
+            return name
+    return None
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+CORRECT = {
+    "check_find_nan_or_inf": [find_nan_or_inf],
+    "check_detect_loss_spike": [detect_loss_spike, detect_loss_spike_tensor],
+    "check_bad_attention_rows": [bad_attention_rows],
+    "check_first_divergence": [first_divergence],
+}
+
+
+def _spike_vs_previous(losses, factor=2.0, window=10):
+    """Compares with the previous step only."""
+    return [i for i, x in enumerate(losses)
+            if not math.isfinite(x) or (i and math.isfinite(losses[i - 1]) and x > factor * losses[i - 1])]
+
+
+def _spike_nan_blind(losses, factor=2.0, window=10):
+    """Never flags NaN (NaN > anything is False) and lets NaN into the window."""
+    out = []
+    for i, x in enumerate(losses):
+        prev = losses[max(0, i - window):i]
+        if prev and x > factor * sum(prev) / len(prev):
+            out.append(i)
+    return out
+
+
+def _spike_whole_history(losses, factor=2.0, window=10):
+    """Uses every earlier step instead of the last `window`."""
+    return detect_loss_spike(losses, factor, window=len(losses) + 1)
+
+
+def _first_divergence_last(model_a, model_b, input_ids, atol=1e-5):
+    """Returns the LAST differing submodule."""
+    b = dict(_outputs(model_b, input_ids))
+    names = [n for n, o in _outputs(model_a, input_ids)
+             if n in b and (o.shape != b[n].shape or (o - b[n]).abs().max() > atol)]
+    return names[-1] if names else None
+
+
+def _first_divergence_params(model_a, model_b, input_ids, atol=1e-5):
+    """Compares parameters instead of outputs (returns a parameter's module, in definition order)."""
+    pb = dict(model_b.named_parameters())
+    for n, p in model_a.named_parameters():
+        if (p - pb[n]).abs().max() > atol:
+            return n.rsplit(".", 1)[0]
+    return None
+
+
+def _first_divergence_leaves_hooks(model_a, model_b, input_ids, atol=1e-5):
+    for m in model_a.modules():
+        m.register_forward_hook(lambda *a: None)
+    return first_divergence(model_a, model_b, input_ids, atol)
+
+
+WRONG = {
+    "check_find_nan_or_inf": [
+        lambda pairs: [n for n, t in pairs if t is not None and torch.isnan(t).any()],  # misses inf
+        lambda pairs: [n for n, t in pairs if t is not None and torch.isinf(t).any()],  # misses NaN
+        lambda pairs: sorted(find_nan_or_inf(pairs)),                                   # sorted names
+        lambda pairs: len(find_nan_or_inf(pairs)),                                      # a count
+    ],
+    "check_detect_loss_spike": [
+        _spike_vs_previous,
+        _spike_nan_blind,
+        _spike_whole_history,
+        lambda losses, factor=2.0, window=10: [i + 1 for i in detect_loss_spike(losses, factor, window)],
+    ],
+    "check_bad_attention_rows": [
+        lambda w, atol=1e-5: (w.sum(-1) - 1).abs() > atol,                  # NaN rows pass
+        lambda w, atol=1e-5: (w.sum(-2) - 1).abs() > atol,                  # sums the wrong axis
+        lambda w, atol=1e-5: ~torch.isfinite(w).all(-1) | ((w.sum(-1) - 1).abs() > atol),  # negatives
+        lambda w, atol=1e-5: ~bad_attention_rows(w, atol),                  # inverted
+    ],
+    "check_first_divergence": [
+        _first_divergence_last,
+        _first_divergence_params,
+        _first_divergence_leaves_hooks,
+        lambda a, b, ids, atol=1e-5: first_divergence(a, b, ids, atol=1e-3),  # ignores atol
+    ],
+}
+
+
+@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(CORRECT) for i in range(len(CORRECT[n]))])
+def test_check_passes_on_correct_answer(name, i, capsys):
+    assert checks.CHECKS[name](CORRECT[name][i]) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_check_fails_on_stub(name):
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.CHECKS[name](stub)
+
+
+@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(WRONG) for i in range(len(WRONG[n]))])
+def test_check_fails_on_wrong_answer(name, i):
+    with pytest.raises(CheckFailed, match=name):
+        checks.CHECKS[name](WRONG[name][i])
+
+
+def test_spike_reference_agrees_with_hand_computed_cases():
+    from fundamentallm.checks import _ch13_spikes_reference
+
+    assert _ch13_spikes_reference([3.0, 2.9, 2.8, 2.7, 6.5, 2.6], 2.0, 3) == [4]
+    assert _ch13_spikes_reference([1.0, float("nan"), 2.5, 1.0], 2.0, 2) == [1, 2]
+    assert _ch13_spikes_reference([], 2.0, 3) == []
+
+
+def test_checks_leave_the_global_rng_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    checks.check_find_nan_or_inf(find_nan_or_inf)
+    checks.check_first_divergence(first_divergence)
+    assert torch.equal(torch.rand(3), expected)
