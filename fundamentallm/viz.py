@@ -339,7 +339,7 @@ def plot_accuracy_curves(steps, curves: dict, ax=None, title: Optional[str] = No
         ax.axhline(chance, color="k", ls=":", lw=1, label="chance")
     ax.set(xlabel=xlabel, ylabel="accuracy", ylim=(-0.02, 1.02))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")  # rising curves leave that corner empty
     if title:
         ax.set_title(title, fontsize=10)
     if fig is not None:
