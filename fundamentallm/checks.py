@@ -1763,7 +1763,7 @@ def check_apply_operation(apply_operation: Callable) -> str:
     else:
         raise CheckFailed("apply_operation('Median', [1, 2, 3]) should raise ValueError naming the "
                           "operation and the allowed ones")
-    return f"{len(cases)} hand-picked cases, 500 labelled examples and an unknown operation"
+    return f"{len(cases)} cases, 500 labelled examples, a bad operation"
 
 
 def _ch12_per_op_reference(preds, labels, operations) -> dict[str, float]:
@@ -1847,7 +1847,7 @@ def check_mean_pool(mean_pool: Callable) -> str:
         expected = model(ids, attention_mask=bool_mask)[0]
         got = model.head(mean_pool(model.hidden_states(ids, mask=padding_mask(bool_mask)), bool_mask))
     assert_same(got, expected, what="TransformerClassifier(pooling='mean') logits through your pooling")
-    return f"{len(cases)} cases equal a per-row mean, and TransformerClassifier(pooling='mean')"
+    return f"{len(cases)} per-row means and pooling='mean' logits match"
 
 
 def _ch12_mlm_call(mlm_mask: Callable, ids: torch.Tensor, seed: int, **kwargs):
@@ -1931,9 +1931,8 @@ def check_mlm_mask(mlm_mask: Callable) -> str:
     corrupted, labels = _ch12_mlm_call(mlm_mask, small, 9, **{**kwargs, "select_prob": 0.0})
     if (labels != -100).any() or not torch.equal(corrupted, small):
         raise CheckFailed("with select_prob=0.0 nothing is selected: labels all -100, ids unchanged")
-    return (f"structure exact; selected {n_sel / n_eligible:.3f} of eligible tokens, of which "
-            f"{int(to_mask.sum()) / n_sel:.3f} masked, {int(other.sum()) / n_sel:.3f} random, "
-            f"{int(kept.sum()) / n_sel:.3f} kept")
+    return (f"{n_sel / n_eligible:.1%} selected: {int(to_mask.sum()) / n_sel:.1%} mask, "
+            f"{int(other.sum()) / n_sel:.1%} random, {int(kept.sum()) / n_sel:.1%} kept")
 
 
 # --- Chapter 13: debugging transformers ---------------------------------------
