@@ -1763,7 +1763,7 @@ def check_apply_operation(apply_operation: Callable) -> str:
     else:
         raise CheckFailed("apply_operation('Median', [1, 2, 3]) should raise ValueError naming the "
                           "operation and the allowed ones")
-    return f"{len(cases)} cases, 500 labelled examples, a bad operation"
+    return f"{len(cases)} cases, 500 examples, a bad operation"
 
 
 def _ch12_per_op_reference(preds, labels, operations) -> dict[str, float]:
