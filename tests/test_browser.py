@@ -219,6 +219,19 @@ def test_chapter_page(site, open_page, entry):
             "article mjx-merror", "els => els.map(e => e.getAttribute('data-mjx-error') || e.textContent)")
         if tex_errors:
             problems.append(f"TeX errors: {tex_errors}")
+        # A display equation must fit the text column and not run under its number (MathJax 3
+        # does not break lines: split a long equation with aligned or over two equations).
+        too_wide = page.eval_on_selector_all("article div.math", """els => els.flatMap(e => {
+            const m = e.querySelector('mjx-container mjx-math'), n = e.querySelector('.eqno');
+            if (!m) return [];
+            const d = e.getBoundingClientRect(), r = m.getBoundingClientRect();
+            const q = n ? n.getBoundingClientRect() : null;
+            const over = Math.max(d.left - r.left, r.right - d.right, q ? r.right - q.left : 0);
+            return over > 1 ? [`${e.id || 'an unlabelled equation'} by ${Math.round(over)} px`] : [];
+        })""")
+        if too_wide:
+            problems.append(f"display equations wider than the column or overlapping their "
+                            f"number: {too_wide}")
 
     # The Colab launch link points at this notebook in the repository.
     expected_colab = (f"https://colab.research.google.com/github/{REPO_URL.removeprefix('https://github.com/')}"
