@@ -47,9 +47,9 @@ RECIPES = {
     ),
     # The course's choices at the same size and budget.
     "ours": dict(
-        model=dict(d_model=128, num_heads=4, num_layers=4, norm="rmsnorm", pos_encoding="rope",
+        model=dict(d_model=144, num_heads=8, num_layers=3, norm="rmsnorm", pos_encoding="rope",
                    activation="swiglu", bias=False, tie_weights=True, attn_impl="sdpa"),
-        train=dict(lr=4e-3, min_lr=4e-5, warmup_steps=100, betas=(0.9, 0.99), weight_decay=0.1,
+        train=dict(lr=2.5e-3, min_lr=2.5e-5, warmup_steps=100, betas=(0.9, 0.99), weight_decay=0.1,
                    grad_clip=1.0),
     ),
 }
