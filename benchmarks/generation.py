@@ -7,8 +7,9 @@ Two sizes, batch 1, greedy decoding from a 16-token prompt, random weights (noth
 * ``gpt2``: ``TransformerConfig.preset("gpt2")`` (GPT-2 small, 124M parameters), 200 new tokens.
 
 Both models get the same random weights (``fundamentallm.interop.from_hf_gpt2``). Each size is
-measured with ``fundamentallm.generation.generate`` (``use_cache=True`` and
-``False``, GPT-2 architecture with ``attn_impl="sdpa"``) and with
+measured with ``fundamentallm.generation.generate`` (GPT-2 architecture with
+``attn_impl="sdpa"``; ``use_cache=True`` and ``False`` on a model prepared with
+``optimize_for_decoding``, and ``use_cache=True`` on one with nn.Linear's default weight layout) and with
 ``transformers.GPT2LMHeadModel(GPT2Config(...)).generate`` of the same shape (``do_sample=False``,
 ``min_new_tokens`` = ``max_new_tokens`` so it never stops early). Implementations are interleaved
 in each repetition so that a change in machine load hits them alike; the figure is the median.
@@ -28,7 +29,7 @@ import time
 import torch
 
 from fundamentallm import Transformer, TransformerConfig
-from fundamentallm.generation import generate
+from fundamentallm.generation import generate, optimize_for_decoding
 from fundamentallm.interop import from_hf_gpt2
 
 SIZES = {
@@ -58,13 +59,7 @@ def build_hf(config: TransformerConfig):
     return model
 
 
-def time_it(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def bench_size(size: str, repeats: int, skip_recompute: bool) -> dict:
+def bench_size(size: str, repeats: int, skip_recompute: bool, recompute_repeats: int) -> dict:
     spec = SIZES[size]
     n = spec["new_tokens"]
     ours = build_ours(size)
@@ -72,13 +67,23 @@ def bench_size(size: str, repeats: int, skip_recompute: bool) -> dict:
     # The same weights in both models (fundamentallm.interop maps HF's names and layouts), so the
     # two run exactly the same computation.
     ours.load_state_dict(from_hf_gpt2(hf).state_dict())
+    # A second copy with the decoding layout (wide weights column-major); ``ours`` keeps
+    # nn.Linear's default layout, so the table shows what the layout alone is worth.
+    fast = optimize_for_decoding(build_ours(size))
+    fast.load_state_dict(ours.state_dict())
     prompt = torch.randint(0, ours.config.vocab_size, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(prompt)
 
     def run_cache():
+        return generate(fast, prompt, n, greedy=True, use_cache=True)
+
+    def run_cache_default_layout():
         return generate(ours, prompt, n, greedy=True, use_cache=True)
 
     def run_recompute():
+        return generate(fast, prompt, n, greedy=True, use_cache=False)
+
+    def run_recompute_default_layout():
         return generate(ours, prompt, n, greedy=True, use_cache=False)
 
     def run_hf():
@@ -88,21 +93,34 @@ def bench_size(size: str, repeats: int, skip_recompute: bool) -> dict:
         assert out.shape == (1, PROMPT_LEN + n), out.shape
         return out
 
-    # Correctness first: the cache changes speed only.
-    a = run_cache()
-    if not skip_recompute:
-        b = run_recompute()
-        assert torch.equal(a, b), "greedy tokens differ with and without the KV cache"
-    same_as_hf = torch.equal(a, run_hf())  # also the warm-up; near-ties may flip an argmax
-    runs = {"ours_cache": run_cache, "hf_cache": run_hf}
+    # Warm-up (allocator, thread pool, HF's first-call set-up) on a few tokens.
+    generate(ours, prompt, 4, greedy=True)
+    generate(fast, prompt, 4, greedy=True)
+    hf.generate(prompt, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    runs = {"ours_cache": run_cache, "hf_cache": run_hf, "ours_cache_default_layout": run_cache_default_layout}
     if not skip_recompute:
         runs["ours_recompute"] = run_recompute
+        runs["ours_recompute_default_layout"] = run_recompute_default_layout
     times: dict[str, list[float]] = {k: [] for k in runs}
+    outputs: dict[str, torch.Tensor] = {}
     for r in range(repeats):
         for name, fn in runs.items():
-            if name == "ours_recompute" and r >= max(1, repeats // 3) and size == "gpt2":
-                continue  # minutes per run at this size: fewer repetitions
-            times[name].append(time_it(fn))
+            if name.startswith("ours_recompute") and r >= recompute_repeats:
+                continue  # recomputation is slow (minutes at GPT-2 size): fewer repetitions
+            t0 = time.perf_counter()
+            outputs[name] = fn()
+            times[name].append(time.perf_counter() - t0)
+            print(f"  {size} {name:25s} run {r}: {times[name][-1]:7.2f} s  "
+                  f"({n / times[name][-1]:7.1f} tok/s, load {os.getloadavg()[0]:.2f})", flush=True)
+    # The cache changes only the speed: greedy tokens must be identical.
+    if "ours_recompute" in outputs:
+        assert torch.equal(outputs["ours_cache"], outputs["ours_recompute"]), \
+            "greedy tokens differ with and without the KV cache"
+        assert torch.equal(outputs["ours_cache"], outputs["ours_recompute_default_layout"]), \
+            "greedy tokens differ with and without the KV cache (default layout)"
+    assert torch.equal(outputs["ours_cache"], outputs["ours_cache_default_layout"]), \
+        "greedy tokens differ between the two weight layouts"
+    same_as_hf = torch.equal(outputs["ours_cache"], outputs["hf_cache"])  # near-ties may flip an argmax
     result = {"size": size, "params": ours.num_parameters(),
               "hf_params": sum(p.numel() for p in hf.parameters()),
               "new_tokens": n, "prompt_len": PROMPT_LEN, "same_tokens_as_hf": same_as_hf}
@@ -112,7 +130,10 @@ def bench_size(size: str, repeats: int, skip_recompute: bool) -> dict:
         result[f"{name}_runs_s"] = [round(t, 3) for t in ts]
     if "ours_recompute_tok_s" in result:
         result["cache_speedup"] = round(result["ours_cache_tok_s"] / result["ours_recompute_tok_s"], 2)
+        result["cache_speedup_default_layout"] = round(
+            result["ours_cache_default_layout_tok_s"] / result["ours_recompute_default_layout_tok_s"], 2)
     result["vs_hf"] = round(result["ours_cache_tok_s"] / result["hf_cache_tok_s"], 3)
+    result["default_layout_vs_hf"] = round(result["ours_cache_default_layout_tok_s"] / result["hf_cache_tok_s"], 3)
     return result
 
 
@@ -121,19 +142,34 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--skip-recompute", action="store_true", help="measure only the cached paths")
+    parser.add_argument("--new-tokens", type=int, default=None,
+                        help="override the number of new tokens of every size (for quick trials)")
+    parser.add_argument("--gpt2-recompute-repeats", type=int, default=1,
+                        help="repetitions of the slow no-cache run at GPT-2 size")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     import transformers
 
     load_start = os.getloadavg()
     results = []
+    if args.new_tokens is not None:
+        for spec in SIZES.values():
+            spec["new_tokens"] = args.new_tokens
     for size in args.sizes:
-        r = bench_size(size, args.repeats, args.skip_recompute)
+        r = bench_size(size, args.repeats, args.skip_recompute,
+                       args.repeats if size == "tiny" else args.gpt2_recompute_repeats)
         results.append(r)
+        rec = "ours_recompute_tok_s" in r
         print(f"{size:5s} params={r['params'] / 1e6:.2f}M new_tokens={r['new_tokens']}: "
-              f"ours+cache {r['ours_cache_tok_s']:.1f} tok/s | "
-              + (f"ours recompute {r['ours_recompute_tok_s']:.1f} tok/s (cache x{r['cache_speedup']}) | "
-                 if "ours_recompute_tok_s" in r else "")
-              + f"HF GPT2 {r['hf_cache_tok_s']:.1f} tok/s (ours/HF {r['vs_hf']})", flush=True)
+              f"decoding layout: cache {r['ours_cache_tok_s']:.1f} tok/s"
+              + (f", recompute {r['ours_recompute_tok_s']:.1f} (x{r['cache_speedup']})" if rec else "")
+              + f" | default layout: cache {r['ours_cache_default_layout_tok_s']:.1f} tok/s"
+              + (f", recompute {r['ours_recompute_default_layout_tok_s']:.1f} "
+                 f"(x{r['cache_speedup_default_layout']})" if rec else "")
+              + f" | HF GPT2 {r['hf_cache_tok_s']:.1f} tok/s (ours/HF {r['vs_hf']}, "
+              f"default layout/HF {r['default_layout_vs_hf']})", flush=True)
     out = {"benchmark": "generation", "results": results, "threads": torch.get_num_threads(),
            "torch": torch.__version__, "transformers": transformers.__version__,
            "loadavg_start": [round(x, 2) for x in load_start],

@@ -15,7 +15,7 @@ the course teaches: RoPE, RMSNorm, SwiGLU, no bias, a higher peak learning rate 
 cosine decay to ~0. See benchmarks/README.md for the choices and the measured numbers.
 
 Run:  python benchmarks/train_budget.py --corpus /work/shared/data/tinyshakespeare.txt [--baseline]
-      python benchmarks/train_budget.py --corpus python-docs
+      python benchmarks/train_budget.py --corpus python-docs --compare   # ours and the baseline, interleaved
 Prints progress, then one JSON line (the last line).
 """
 
@@ -75,21 +75,44 @@ def parse_overrides(items: list[str]) -> tuple[dict, dict]:
     return model, train
 
 
+def build_trainer(recipe_name: str, vocab_size: int, train_ids, val_ids, args,
+                  model_over: dict, train_over: dict) -> Trainer:
+    recipe = RECIPES[recipe_name]
+    torch.manual_seed(args.seed)
+    config = TransformerConfig(vocab_size=vocab_size, max_seq_len=BLOCK, dropout=0.0,
+                               **{**recipe["model"], **model_over})
+    model = Transformer(config)
+    params = model.num_parameters()
+    if params > MAX_PARAMS:
+        raise SystemExit(f"{recipe_name}: {params} parameters exceed the budget's {MAX_PARAMS}")
+    train_config = TrainConfig(**{**dict(max_steps=args.steps, batch_size=BATCH, block_size=BLOCK,
+                                         eval_interval=0, eval_batch_size=256, progress=False,
+                                         device="cpu", seed=args.seed, log_interval=1),
+                                  **recipe["train"], **train_over})
+    print(f"{recipe_name}: params={params}\n  model: {config}\n  train: {train_config}", flush=True)
+    return Trainer(model, train_ids, val_ids, config=train_config)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default="python-docs", help="'python-docs', 'tinyshakespeare' or a path")
     parser.add_argument("--baseline", action="store_true", help="the nanoGPT-like recipe")
+    parser.add_argument("--compare", action="store_true",
+                        help="train ours and the baseline side by side, alternating every 100 steps, "
+                             "so that both speeds are measured under the same machine load")
     parser.add_argument("--steps", type=int, default=STEPS, help="change only for quick trials")
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                        help="override a TransformerConfig or TrainConfig field (for sweeps)")
+                        help="override a TransformerConfig or TrainConfig field of the recipe "
+                             "(of ours with --compare), for sweeps and ablations")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    recipe_name = "baseline" if args.baseline else "ours"
-    recipe = RECIPES[recipe_name]
-    model_over, train_over = parse_overrides(args.set)
+    if args.compare and args.baseline:
+        raise SystemExit("--compare already trains the baseline; drop --baseline")
+    names = ["ours", "baseline"] if args.compare else ["baseline" if args.baseline else "ours"]
+    model_over, train_over = parse_overrides(args.set)  # with --compare, for our recipe only
 
     load_start = os.getloadavg()
     t_start = time.perf_counter()
@@ -97,48 +120,44 @@ def main() -> None:
     tokenizer = CharacterTokenizer.from_text(text)
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     train_ids, val_ids = train_val_split(ids, 0.1)
-
-    torch.manual_seed(args.seed)
-    config = TransformerConfig(vocab_size=tokenizer.vocab_size, max_seq_len=BLOCK, dropout=0.0,
-                               **{**recipe["model"], **model_over})
-    model = Transformer(config)
-    params = model.num_parameters()
-    if params > MAX_PARAMS:
-        raise SystemExit(f"{params} parameters exceed the budget's {MAX_PARAMS}")
-    train_config = TrainConfig(**{**dict(max_steps=args.steps, batch_size=BATCH, block_size=BLOCK,
-                                         eval_interval=0, eval_batch_size=256, progress=False,
-                                         device="cpu", seed=args.seed, log_interval=1),
-                                  **recipe["train"], **train_over})
-    trainer = Trainer(model, train_ids, val_ids, config=train_config)
-    print(f"recipe={recipe_name} corpus={args.corpus} chars={len(text)} vocab={tokenizer.vocab_size} "
-          f"train_tokens={len(train_ids)} val_tokens={len(val_ids)} params={params} "
+    print(f"corpus={args.corpus} chars={len(text)} vocab={tokenizer.vocab_size} "
+          f"train_tokens={len(train_ids)} val_tokens={len(val_ids)} "
           f"threads={torch.get_num_threads()} load={load_start}", flush=True)
-    print(f"model: {config}\ntrain: {train_config}", flush=True)
+    trainers = {name: build_trainer(name, tokenizer.vocab_size, train_ids, val_ids, args,
+                                    *((model_over, train_over) if name == names[0] else ({}, {})))
+                for name in names}
 
-    chunk = 250
-    while trainer.step < args.steps:
-        trainer.fit(steps=min(chunk, args.steps - trainer.step))
-        recent = trainer.history["train_loss"][-chunk:]
-        print(f"step {trainer.step:5d}  train_loss {sum(recent) / len(recent):.4f}  "
-              f"lr {trainer.history['lr'][-1]:.2e}  "
-              f"{trainer.tokens_seen / trainer.elapsed:,.0f} tok/s  load {os.getloadavg()[0]:.2f}", flush=True)
-    train_s = trainer.elapsed
+    chunk = 100 if args.compare else 250
+    while any(t.step < args.steps for t in trainers.values()):
+        for name, trainer in trainers.items():
+            trainer.fit(steps=min(chunk, args.steps - trainer.step))
+            recent = trainer.history["train_loss"][-chunk:]
+            print(f"{name:8s} step {trainer.step:5d}  train_loss {sum(recent) / len(recent):.4f}  "
+                  f"lr {trainer.history['lr'][-1]:.2e}  "
+                  f"{trainer.tokens_seen / trainer.elapsed:,.0f} tok/s  load {os.getloadavg()[0]:.2f}",
+                  flush=True)
     load_train_end = os.getloadavg()
-    t_eval = time.perf_counter()
-    val = trainer.evaluate()
-    eval_s = time.perf_counter() - t_eval
-    wall = time.perf_counter() - t_start
-    n_windows = (len(val_ids) - 1) // BLOCK
-    out = {
-        "benchmark": "train_budget", "recipe": recipe_name, "corpus": args.corpus,
-        "val_loss": round(val["val_loss"], 4), "val_windows": n_windows, "params": params,
-        "train_tokens": trainer.tokens_seen, "steps": trainer.step,
-        "tokens_per_s": round(trainer.tokens_seen / train_s), "train_s": round(train_s, 1),
-        "eval_s": round(eval_s, 1), "wall_s": round(wall, 1), "threads": torch.get_num_threads(),
-        "loadavg_start": [round(x, 2) for x in load_start],
-        "loadavg_train_end": [round(x, 2) for x in load_train_end],
-        "overrides": {**model_over, **train_over}, "seed": args.seed, "torch": torch.__version__,
-    }
+    runs = {}
+    for name, trainer in trainers.items():
+        t_eval = time.perf_counter()
+        val = trainer.evaluate()
+        runs[name] = {"val_loss": round(val["val_loss"], 4), "params": trainer.model.num_parameters(),
+                      "train_tokens": trainer.tokens_seen, "steps": trainer.step,
+                      "tokens_per_s": round(trainer.tokens_seen / trainer.elapsed),
+                      "train_s": round(trainer.elapsed, 1),
+                      "eval_s": round(time.perf_counter() - t_eval, 1)}
+    out = {"benchmark": "train_budget", "corpus": args.corpus,
+           "val_windows": (len(val_ids) - 1) // BLOCK}
+    if args.compare:
+        out.update(runs)
+        out["speed_ratio"] = round(runs["ours"]["tokens_per_s"] / runs["baseline"]["tokens_per_s"], 3)
+    else:
+        out.update(recipe=names[0], **runs[names[0]])
+    out.update({"wall_s": round(time.perf_counter() - t_start, 1), "threads": torch.get_num_threads(),
+                "loadavg_start": [round(x, 2) for x in load_start],
+                "loadavg_train_end": [round(x, 2) for x in load_train_end],
+                "overrides": {**model_over, **train_over}, "seed": args.seed,
+                "torch": torch.__version__})
     print(json.dumps(out))
 
 

@@ -279,6 +279,32 @@ def _stream(model, ids, squeeze, max_new_tokens, temperature, top_k, top_p, gree
         model.train(was_training)
 
 
+def optimize_for_decoding(model: nn.Module) -> nn.Module:
+    """Store every ``nn.Linear`` weight that is wider than it is tall column-major, for fast
+    one-token decoding on a CPU. Changes ``model`` in place and returns it.
+
+    With a batch of one, each decoding step multiplies a single vector by every weight matrix,
+    so its speed is how fast the matrices stream from memory. ``nn.Linear`` keeps its weight
+    ``W`` as an ``(out, in)`` row-major matrix and computes ``x @ W.T``; for a layer whose output is
+    wider than its input (GPT-2's fused Q/K/V, the first feed-forward layer, the vocabulary
+    projection) the CPU's matrix-vector kernel is markedly faster when ``W.T`` is the contiguous
+    one, which is the layout Hugging Face's GPT-2 (``Conv1D``) uses. This function gives those
+    weights that layout: each stays a ``(out, in)`` parameter with the same values, only its
+    strides change (``W.t().contiguous().t()``). Parameters, weight tying, ``state_dict``,
+    checkpoints and training are unaffected; outputs equal the original up to float rounding.
+    ``benchmarks/generation.py`` measures the effect.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    with torch.no_grad():
+        for module in model.modules():
+            w = module.weight if isinstance(module, nn.Linear) else None
+            if w is not None and w.dim() == 2 and w.shape[0] > w.shape[1] and not w.t().is_contiguous():
+                # A tied weight is one Parameter object: converting it once converts every user.
+                w.data = w.data.t().contiguous().t()
+    return model
+
+
 def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
              use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,

@@ -11,6 +11,7 @@ from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.generation import (
     apply_temperature,
     generate,
+    optimize_for_decoding,
     sample_next,
     stream,
     top_k_filter,
@@ -222,6 +223,51 @@ def test_greedy_with_cache_equals_recompute(overrides):
             seq = torch.cat([seq, model(seq)[0][:, -1].argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(with_cache, seq)
     assert len(set(seq[:, 5:].flatten().tolist())) > 3  # non-trivial sequences
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(pos_encoding="rope", activation="swiglu", bias=False)])
+def test_optimize_for_decoding_changes_only_the_layout(overrides, tmp_path):
+    from fundamentallm import load_checkpoint, save_checkpoint
+
+    model = make_model(**overrides)
+    fast = make_model(**overrides)
+    fast.load_state_dict(model.state_dict())
+    assert optimize_for_decoding(fast) is fast
+    # Wide layers (out > in) became column-major, the others kept nn.Linear's layout.
+    for (name, a), (_, b) in zip(model.named_modules(), fast.named_modules()):
+        if isinstance(a, torch.nn.Linear):
+            wide = a.out_features > a.in_features
+            assert b.weight.shape == a.weight.shape, name
+            assert b.weight.t().is_contiguous() == wide and b.weight.is_contiguous() != wide, name
+    assert fast.lm_head.weight is fast.token_embedding.weight  # still tied
+    for key, value in model.state_dict().items():
+        assert torch.equal(fast.state_dict()[key], value), key
+    assert len(list(fast.parameters())) == len(list(model.parameters()))
+    # Same outputs up to rounding, same greedy tokens, with and without the cache.
+    seq = torch.randint(0, 37, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(seq)[0], model(seq)[0], rtol=1e-5, atol=1e-5)
+    prompt = seq[:1, :4]
+    expected = generate(model, prompt, 15, greedy=True)
+    assert torch.equal(generate(fast, prompt, 15, greedy=True), expected)
+    assert torch.equal(generate(fast, prompt, 15, greedy=True, use_cache=False), expected)
+    assert optimize_for_decoding(fast) is fast  # idempotent
+    # Checkpoints and training still work: a saved optimized model loads as an ordinary one.
+    save_checkpoint(tmp_path / "ckpt", fast)
+    loaded = load_checkpoint(tmp_path / "ckpt").model
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    fast.train()
+    opt = torch.optim.AdamW(fast.parameters(), lr=1e-3)
+    _, loss = fast(seq[:, :-1], targets=seq[:, 1:])
+    loss.backward()
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in fast.parameters())
+
+
+def test_optimize_for_decoding_rejects_non_modules():
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        optimize_for_decoding("gpt2")
 
 
 def test_sampling_with_cache_equals_recompute_for_the_same_seed():
