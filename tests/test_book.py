@@ -8,6 +8,7 @@ running each exercise's solution against its check is tests/test_course.py's.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -183,6 +184,8 @@ def test_notebook_is_stored_without_outputs(path):
     assert not dirty, (f"{path.name}: cells {dirty} have outputs or execution counts; "
                        f"run `nbstripout --keep-id {path.relative_to(ROOT)}`")
     assert "widgets" not in nb.metadata, f"{path.name}: widget state in the notebook metadata"
+    no_id = [i for i, c in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]) if "id" not in c]
+    assert not no_id, f"{path.name}: cells {no_id} have no id (nbformat 4.5 requires one)"
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3", \
         f"{path.name}: kernelspec must be python3"
 
