@@ -21,6 +21,7 @@ Prints a table, then one JSON line (the last line).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -59,9 +60,7 @@ def build_hf(config: TransformerConfig):
     return model
 
 
-def bench_size(size: str, repeats: int, skip_recompute: bool, recompute_repeats: int) -> dict:
-    spec = SIZES[size]
-    n = spec["new_tokens"]
+def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_repeats: int) -> dict:
     ours = build_ours(size)
     hf = build_hf(ours.config)
     # The same weights in both models (fundamentallm.interop maps HF's names and layouts), so the
@@ -69,8 +68,7 @@ def bench_size(size: str, repeats: int, skip_recompute: bool, recompute_repeats:
     ours.load_state_dict(from_hf_gpt2(hf).state_dict())
     # A second copy with the decoding layout (wide weights column-major); ``ours`` keeps
     # nn.Linear's default layout, so the table shows what the layout alone is worth.
-    fast = optimize_for_decoding(build_ours(size))
-    fast.load_state_dict(ours.state_dict())
+    fast = optimize_for_decoding(copy.deepcopy(ours))
     prompt = torch.randint(0, ours.config.vocab_size, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(prompt)
 
@@ -154,11 +152,8 @@ def main() -> None:
 
     load_start = os.getloadavg()
     results = []
-    if args.new_tokens is not None:
-        for spec in SIZES.values():
-            spec["new_tokens"] = args.new_tokens
     for size in args.sizes:
-        r = bench_size(size, args.repeats, args.skip_recompute,
+        r = bench_size(size, args.new_tokens or SIZES[size]["new_tokens"], args.repeats, args.skip_recompute,
                        args.repeats if size == "tiny" else args.gpt2_recompute_repeats)
         results.append(r)
         rec = "ours_recompute_tok_s" in r

@@ -112,7 +112,7 @@ def main() -> None:
     if args.compare and args.baseline:
         raise SystemExit("--compare already trains the baseline; drop --baseline")
     names = ["ours", "baseline"] if args.compare else ["baseline" if args.baseline else "ours"]
-    model_over, train_over = parse_overrides(args.set)  # with --compare, for our recipe only
+    model_over, train_over = parse_overrides(args.set)
 
     load_start = os.getloadavg()
     t_start = time.perf_counter()
@@ -123,8 +123,10 @@ def main() -> None:
     print(f"corpus={args.corpus} chars={len(text)} vocab={tokenizer.vocab_size} "
           f"train_tokens={len(train_ids)} val_tokens={len(val_ids)} "
           f"threads={torch.get_num_threads()} load={load_start}", flush=True)
+    # --set applies to the first recipe: ours under --compare, else the one chosen.
     trainers = {name: build_trainer(name, tokenizer.vocab_size, train_ids, val_ids, args,
-                                    *((model_over, train_over) if name == names[0] else ({}, {})))
+                                    model_over if name == names[0] else {},
+                                    train_over if name == names[0] else {})
                 for name in names}
 
     chunk = 100 if args.compare else 250

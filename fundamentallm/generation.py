@@ -298,8 +298,10 @@ def optimize_for_decoding(model: nn.Module) -> nn.Module:
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     with torch.no_grad():
         for module in model.modules():
-            w = module.weight if isinstance(module, nn.Linear) else None
-            if w is not None and w.dim() == 2 and w.shape[0] > w.shape[1] and not w.t().is_contiguous():
+            if not isinstance(module, nn.Linear):
+                continue
+            w = module.weight
+            if w.shape[0] > w.shape[1] and not w.t().is_contiguous():
                 # A tied weight is one Parameter object: converting it once converts every user.
                 w.data = w.data.t().contiguous().t()
     return model
