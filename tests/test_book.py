@@ -335,7 +335,7 @@ def test_exercises_are_gated_and_checked(path):
         assert isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
             func.value.id == "checks", f"{where}: the check cell must call checks.check_*(...)"
         assert func.attr in checks.CHECKS, \
-            f"{where}: checks.{func.attr} is not a registered check in fundamentallm/checks.py"
+            f"{where}: checks.{func.attr} is not a registered check in fundamentallm/checks/"
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         stray = used - defined - {"checks"}
         assert not stray, f"{where}: the check cell uses {sorted(stray)}, not defined in the solution"

@@ -155,7 +155,7 @@ def test_messages_say_what_is_wrong():
 
 def test_references_agree_with_the_package():
     """The checks' independent references equal fundamentallm's implementations."""
-    from fundamentallm.checks import _ref_rope, _ref_sinusoidal
+    from fundamentallm.checks.ch04 import _ref_rope, _ref_sinusoidal
     from fundamentallm.positions import RotaryEmbedding, sinusoidal_table
 
     torch.testing.assert_close(_ref_sinusoidal(12, 8, 10000.0).float(), sinusoidal_table(12, 8))

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
+from fundamentallm.checks.ch07 import _GPT2_SMALL_PARAMETERS
 
 # --- correct answers -----------------------------------------------------------------------------
 
@@ -160,4 +161,4 @@ def test_gpt2_known_answer_matches_the_model():
 
     with torch.device("meta"):
         model = Transformer(TransformerConfig.preset("gpt2"))
-    assert model.num_parameters() == checks._GPT2_SMALL_PARAMETERS
+    assert model.num_parameters() == _GPT2_SMALL_PARAMETERS

@@ -146,7 +146,7 @@ def test_overflow_message_explains_log_sum_exp():
 
 
 def test_cosine_reference_equals_the_package_schedule():
-    from fundamentallm.checks import _ch09_cosine_reference
+    from fundamentallm.checks.ch09 import _ch09_cosine_reference
 
     for w, T in ((0, 30), (5, 30), (30, 30)):
         cfg = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=w, max_steps=T, progress=False)

@@ -174,7 +174,7 @@ def test_check_fails_on_wrong_answer(name, i):
 
 
 def test_top_p_reference_equals_the_package_on_unambiguous_rows():
-    from fundamentallm.checks import _ch10_top_p_reference
+    from fundamentallm.checks.ch10 import _ch10_top_p_reference
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(20, 30, generator=g) * 2

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from fundamentallm import checks
-from fundamentallm.checks import CheckFailed, gradient_check, numerical_gradient
+from fundamentallm.checks import CheckFailed
+from fundamentallm.gradcheck import gradient_check, numerical_gradient
 
 # --- numerical_gradient and gradient_check ------------------------------------------------------
 

@@ -170,7 +170,7 @@ def test_check_fails_on_wrong_answer(name, i):
 
 
 def test_spike_reference_agrees_with_hand_computed_cases():
-    from fundamentallm.checks import _ch13_spikes_reference
+    from fundamentallm.checks.ch13 import _ch13_spikes_reference
 
     assert _ch13_spikes_reference([3.0, 2.9, 2.8, 2.7, 6.5, 2.6], 2.0, 3) == [4]
     assert _ch13_spikes_reference([1.0, float("nan"), 2.5, 1.0], 2.0, 2) == [1, 2]

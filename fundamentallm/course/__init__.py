@@ -28,7 +28,6 @@ import csv
 import io
 import re
 import shutil
-import sys
 from contextlib import redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,7 +161,7 @@ def student_edition(out_dir: Path, root: Path = Path(".")) -> list[Path]:
 def run_exercise(ex: Exercise) -> tuple[bool, str]:
     """Execute the exercise's code and its check in a fresh namespace: (passed, message).
     Note: this executes the submitted code; grade only submissions you are willing to run."""
-    from . import checks
+    from .. import checks
 
     namespace = {"checks": checks, "__name__": "__exercise__"}
     buf = io.StringIO()
@@ -217,6 +216,3 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"  {r['notebook']} {r['exercise']}: {r['message']}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

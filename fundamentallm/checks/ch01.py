@@ -1,0 +1,129 @@
+"""Checks for the exercises of chapter 1: why attention."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .core import CheckFailed, assert_same, check_shape, exercise_check
+
+
+def _rnn_params(d_in: int, d_h: int, seed: int, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    W_x = torch.randn(d_h, d_in, generator=g, dtype=dtype) / d_in ** 0.5
+    W_h = torch.randn(d_h, d_h, generator=g, dtype=dtype) / d_h ** 0.5
+    b = torch.randn(d_h, generator=g, dtype=dtype) * 0.1
+    return W_x, W_h, b
+
+
+def _reference_rnn(W_x, W_h, b) -> torch.nn.RNN:
+    """``torch.nn.RNN`` (tanh, batch_first) holding the given weights; its second bias is zero."""
+    d_h, d_in = W_x.shape
+    rnn = torch.nn.RNN(d_in, d_h, batch_first=True).to(W_x.dtype)
+    with torch.no_grad():
+        rnn.weight_ih_l0.copy_(W_x)
+        rnn.weight_hh_l0.copy_(W_h)
+        rnn.bias_ih_l0.copy_(b)
+        rnn.bias_hh_l0.zero_()
+    return rnn
+
+
+@exercise_check
+def check_rnn_step(rnn_step: Callable) -> str:
+    """``rnn_step(x_t, h_prev, W_x, W_h, b)`` -> ``tanh(x_t W_xᵀ + h_prev W_hᵀ + b)``, shape (B, d_h)."""
+    cases = [(3, 4, 5, 0, 1.0), (1, 2, 2, 1, 1.0), (4, 6, 3, 2, 5.0)]  # (B, d_in, d_h, seed, scale)
+    for B, d_in, d_h, seed, scale in cases:
+        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
+        g = torch.Generator().manual_seed(100 + seed)
+        x_t = torch.randn(B, d_in, generator=g, dtype=torch.float64) * scale  # (B, d_in)
+        h_prev = torch.randn(B, d_h, generator=g, dtype=torch.float64)  # (B, d_h)
+        with torch.no_grad():
+            _, h_ref = _reference_rnn(W_x, W_h, b)(x_t[:, None, :], h_prev[None])  # (1, B, d_h)
+        h = rnn_step(x_t.clone(), h_prev.clone(), W_x.clone(), W_h.clone(), b.clone())
+        check_shape(h, (B, d_h), what=f"h_t for B={B}, d_in={d_in}, d_h={d_h}")
+        assert_same(h, h_ref[0], what=f"h_t for B={B}, d_in={d_in}, d_h={d_h} (vs torch.nn.RNN)")
+    return f"matches torch.nn.RNN on {len(cases)} cases"
+
+
+@exercise_check
+def check_unroll_rnn(unroll_rnn: Callable) -> str:
+    """``unroll_rnn(xs, h0, W_x, W_h, b)`` -> all hidden states ``h_1..h_T``, shape (B, T, d_h)."""
+    cases = [(2, 7, 3, 4, 0), (1, 1, 2, 2, 1), (3, 12, 5, 3, 2)]  # (B, T, d_in, d_h, seed)
+    for B, T, d_in, d_h, seed in cases:
+        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
+        g = torch.Generator().manual_seed(200 + seed)
+        xs = torch.randn(B, T, d_in, generator=g, dtype=torch.float64)  # (B, T, d_in)
+        h0 = torch.randn(B, d_h, generator=g, dtype=torch.float64)  # (B, d_h)
+        with torch.no_grad():
+            hs_ref, _ = _reference_rnn(W_x, W_h, b)(xs, h0[None])  # (B, T, d_h)
+        hs = unroll_rnn(xs.clone(), h0.clone(), W_x.clone(), W_h.clone(), b.clone())
+        what = f"hidden states for B={B}, T={T}, d_in={d_in}, d_h={d_h}"
+        check_shape(hs, (B, T, d_h), what=what + " (return h_1..h_T stacked on dim 1)")
+        if T > 1 and torch.allclose(torch.as_tensor(hs)[:, 0].double(), h0):
+            raise CheckFailed(f"{what}: hs[:, 0] equals h0 -- return h_1..h_T, not h_0..h_(T-1)")
+        assert_same(hs, hs_ref, what=what + " (vs torch.nn.RNN)")
+    return f"matches torch.nn.RNN on {len(cases)} sequences"
+
+
+def _spectral_radius_np(W: torch.Tensor) -> float:
+    return float(np.abs(np.linalg.eigvals(W.detach().double().numpy())).max())
+
+
+@exercise_check
+def check_gradient_norm_through_time(gradient_norm_through_time: Callable) -> str:
+    """``gradient_norm_through_time(W_h, num_steps)`` -> ``‖∂h_{t+k}/∂h_t‖₂`` for k = 0..num_steps
+    in the linear RNN ``h_t = W_h h_{t-1} + W_x x_t + b``; compared with autograd Jacobians."""
+    cases = [(4, 0.9, 6, 0), (5, 1.1, 8, 1), (3, 1.0, 0, 2)]  # (d, rho, num_steps, seed)
+    for d, rho, num_steps, seed in cases:
+        g = torch.Generator().manual_seed(400 + seed)
+        W = torch.randn(d, d, generator=g, dtype=torch.float64)
+        W_h = W * (rho / _spectral_radius_np(W))  # non-normal: ‖W^k‖ differs from rho^k
+        x = torch.randn(d, generator=g, dtype=torch.float64)  # constant input term W_x x_t + b
+
+        def run_k(h, k, W_h=W_h, x=x):  # k steps of the recurrence, from h
+            for _ in range(k):
+                h = W_h @ h + x
+            return h
+
+        h0 = torch.zeros(d, dtype=torch.float64)
+        expected = torch.stack([
+            torch.linalg.matrix_norm(
+                torch.autograd.functional.jacobian(functools.partial(run_k, k=k), h0), ord=2)
+            for k in range(num_steps + 1)])  # (num_steps + 1,)
+        got = gradient_norm_through_time(W_h.clone(), num_steps)
+        what = f"gradient norms for d={d}, rho={rho}, num_steps={num_steps}"
+        check_shape(got, (num_steps + 1,), what=what + " (one norm for each k = 0..num_steps)")
+        assert_same(torch.as_tensor(got).double(), expected, what=what + " (vs autograd)",
+                    rtol=1e-6, atol=1e-9)
+    return "matches the autograd Jacobians"
+
+
+@exercise_check
+def check_bptt_jacobian(bptt_jacobian: Callable) -> str:
+    """``bptt_jacobian(hs, W_h)`` -> ``∂h_T/∂h_0 = J_T ⋯ J_1`` with ``J_k = diag(1 - h_k²) W_h``
+    for a tanh RNN whose states ``h_0..h_T`` are the rows of ``hs``; compared with autograd."""
+    cases = [(4, 3, 5, 0), (3, 2, 1, 1), (5, 4, 9, 2)]  # (d_h, d_in, T, seed)
+    for d_h, d_in, T, seed in cases:
+        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
+        W_h = W_h * 1.5  # strong recurrence: the states spread over tanh's curved range
+        g = torch.Generator().manual_seed(450 + seed)
+        xs = torch.randn(T, d_in, generator=g, dtype=torch.float64)  # (T, d_in)
+        h0 = torch.randn(d_h, generator=g, dtype=torch.float64) * 0.5  # (d_h,)
+
+        def run(h, xs=xs, W_x=W_x, W_h=W_h, b=b):  # h_0 -> h_T
+            states = [h]
+            for x_t in xs:
+                states.append(torch.tanh(W_h @ states[-1] + W_x @ x_t + b))
+            return states
+
+        with torch.no_grad():
+            hs = torch.stack(run(h0))  # (T + 1, d_h): h_0..h_T
+        expected = torch.autograd.functional.jacobian(lambda h, run=run: run(h)[-1], h0)
+        got = bptt_jacobian(hs.clone(), W_h.clone())
+        what = f"dh_T/dh_0 for d_h={d_h}, T={T}"
+        check_shape(got, (d_h, d_h), what=what)
+        assert_same(torch.as_tensor(got).double(), expected, what=what + " (vs autograd)")
+    return f"matches autograd on {len(cases)} sequences"

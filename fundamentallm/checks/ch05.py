@@ -1,0 +1,201 @@
+"""Checks for the exercises of chapter 5: normalization and residuals."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .core import (
+    CheckFailed,
+    _as_tensor,
+    _expect_value_error,
+    assert_same,
+    check_shape,
+    exercise_check,
+)
+
+
+def _ch05_rng(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(500 + seed)
+
+
+def _ch05_norm_cases(seed: int) -> list[tuple[str, torch.Tensor, float]]:
+    """(name, x, eps): shapes, dtypes, a large eps (tells eps inside the root from eps outside)
+    and constant rows (zero variance: the result must be finite)."""
+    g = _ch05_rng(seed)
+    return [
+        ("x of shape (4, 8), eps=1e-5", 3 * torch.randn(4, 8, generator=g) + 2, 1e-5),
+        ("x of shape (2, 3, 16) in float64, eps=1e-5",
+         torch.randn(2, 3, 16, generator=g, dtype=torch.float64), 1e-5),
+        ("x of shape (3, 5) with small values and a large eps=0.5",
+         0.1 * torch.randn(3, 5, generator=g), 0.5),
+        ("constant rows (zero variance), eps=1e-5", torch.full((2, 6), 3.0), 1e-5),
+    ]
+
+
+def _ch05_grads(out: Any, inputs: list[torch.Tensor], upstream: torch.Tensor, what: str):
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise CheckFailed(f"{what}: the result is not differentiable -- compute it from the "
+                          f"inputs with torch operations (no .detach(), .item() or NumPy)")
+    return torch.autograd.grad((out * upstream).sum(), inputs, allow_unused=True)
+
+
+@exercise_check
+def check_layer_norm(layer_norm: Callable) -> str:
+    """``layer_norm(x, weight, bias, eps)``: normalise the last dimension with the biased
+    variance, eps inside the square root, then scale and shift; outputs and gradients equal to
+    ``F.layer_norm``."""
+    F = torch.nn.functional
+    for i, (name, x, eps) in enumerate(_ch05_norm_cases(0)):
+        g = _ch05_rng(10 + i)
+        C = x.shape[-1]
+        weight = torch.randn(C, generator=g, dtype=x.dtype)
+        bias = torch.randn(C, generator=g, dtype=x.dtype)
+        ins = [t.clone().requires_grad_(True) for t in (x, weight, bias)]
+        refs = [t.clone().requires_grad_(True) for t in (x, weight, bias)]
+        what = f"layer_norm({name})"
+        out = layer_norm(ins[0], ins[1], ins[2], eps)
+        expected = F.layer_norm(refs[0], (C,), refs[1], refs[2], eps)
+        check_shape(out, tuple(x.shape), what=what)
+        assert_same(out, expected.detach(), what=f"{what} (subtract the mean, divide by "
+                    f"sqrt(biased variance + eps), then * weight + bias)", atol=1e-5, rtol=1e-4)
+        upstream = torch.randn(x.shape, generator=g, dtype=x.dtype)
+        got = _ch05_grads(out, ins, upstream, what)
+        want = torch.autograd.grad((expected * upstream).sum(), refs)
+        for label, a, e in zip(("x", "weight", "bias"), got, want):
+            if a is None:
+                raise CheckFailed(f"{what}: the result does not depend on {label}")
+            assert_same(a, e, what=f"{what}: gradient with respect to {label}", atol=1e-4, rtol=1e-3)
+    return "outputs and gradients equal to F.layer_norm (float32/64, large eps, constant rows)"
+
+
+@exercise_check
+def check_rms_norm(rms_norm: Callable) -> str:
+    """``rms_norm(x, weight, eps)``: ``x / sqrt(mean(x²) + eps) * weight`` over the last
+    dimension; outputs and gradients equal to ``F.rms_norm``."""
+    F = torch.nn.functional
+    cases = _ch05_norm_cases(1) + [("an all-zero row, eps=1e-6", torch.zeros(1, 4), 1e-6)]
+    for i, (name, x, eps) in enumerate(cases):
+        g = _ch05_rng(20 + i)
+        C = x.shape[-1]
+        weight = torch.randn(C, generator=g, dtype=x.dtype)
+        ins = [t.clone().requires_grad_(True) for t in (x, weight)]
+        refs = [t.clone().requires_grad_(True) for t in (x, weight)]
+        what = f"rms_norm({name})"
+        out = rms_norm(ins[0], ins[1], eps)
+        expected = F.rms_norm(refs[0], (C,), refs[1], eps)
+        check_shape(out, tuple(x.shape), what=what)
+        assert_same(out, expected.detach(), what=f"{what} (no mean subtraction: divide by "
+                    f"sqrt(mean of squares + eps), then * weight)", atol=1e-5, rtol=1e-4)
+        upstream = torch.randn(x.shape, generator=g, dtype=x.dtype)
+        got = _ch05_grads(out, ins, upstream, what)
+        want = torch.autograd.grad((expected * upstream).sum(), refs)
+        for label, a, e in zip(("x", "weight"), got, want):
+            if a is None:
+                raise CheckFailed(f"{what}: the result does not depend on {label}")
+            assert_same(a, e, what=f"{what}: gradient with respect to {label}", atol=1e-4, rtol=1e-3)
+    return "outputs and gradients equal to F.rms_norm (incl. large eps and an all-zero row)"
+
+
+@exercise_check
+def check_inverted_dropout(inverted_dropout: Callable) -> str:
+    """``inverted_dropout(x, p, generator)``: zero each element independently with probability
+    ``p``, scale the kept ones by ``1/(1-p)``, draw randomness only from ``generator``;
+    ``p=0`` is the identity; ``ValueError`` for ``p`` outside ``[0, 1)``."""
+    x = torch.randn(200, 200, generator=_ch05_rng(30))
+    x_before = x.clone()
+    out = inverted_dropout(x, 0.0, torch.Generator().manual_seed(0))
+    assert_same(out, x_before, what="inverted_dropout(x, p=0.0) (nothing dropped, nothing scaled)")
+    for p in (0.1, 0.5, 0.8):
+        what = f"inverted_dropout(x of shape (200, 200), p={p})"
+        out = inverted_dropout(x, p, torch.Generator().manual_seed(1))
+        check_shape(out, tuple(x.shape), what=what)
+        if not torch.equal(x, x_before):
+            raise CheckFailed(f"{what} modified its input in place; return a new tensor")
+        out = _as_tensor(out)
+        kept = out != 0
+        rows, cols = kept.any(dim=1) & ~kept.all(dim=1), kept.any(dim=0) & ~kept.all(dim=0)
+        if not (rows.all() and cols.all()):
+            raise CheckFailed(f"{what}: whole rows or columns are dropped together; draw one "
+                              f"independent decision per element (a mask of x's shape)")
+        frac = 1.0 - kept.double().mean().item()
+        tol = 5 * (p * (1 - p) / x.numel()) ** 0.5 + 1e-3
+        if abs(frac - p) > tol:
+            raise CheckFailed(f"{what}: {frac:.3f} of the elements are zero, expected about p={p} "
+                              f"(each element is dropped with probability p, kept with 1 - p)")
+        assert_same(out[kept], x[kept] / (1 - p), what=f"{what}: the kept elements "
+                    f"(they must be scaled by 1/(1-p) so that the expectation is unchanged)")
+    ones = torch.ones(100_000)
+    mean = _as_tensor(inverted_dropout(ones, 0.5, torch.Generator().manual_seed(2))).mean().item()
+    if abs(mean - 1.0) > 0.02:
+        raise CheckFailed(f"inverted_dropout(ones, p=0.5): the mean is {mean:.4f}, expected about 1 "
+                          f"(inverted dropout preserves the expectation)")
+    a = inverted_dropout(x, 0.3, torch.Generator().manual_seed(3))
+    b = inverted_dropout(x, 0.3, torch.Generator().manual_seed(3))
+    c = inverted_dropout(x, 0.3, torch.Generator().manual_seed(4))
+    if not torch.equal(_as_tensor(a), _as_tensor(b)):
+        raise CheckFailed("two calls with generators seeded alike gave different masks: draw the "
+                          "random numbers from `generator` (e.g. torch.rand(x.shape, generator=generator))")
+    if torch.equal(_as_tensor(a), _as_tensor(c)):
+        raise CheckFailed("generators with different seeds gave the same mask: use `generator`")
+    x64 = torch.randn(3, 4, generator=_ch05_rng(31), dtype=torch.float64)
+    out64 = _as_tensor(inverted_dropout(x64, 0.5, torch.Generator().manual_seed(5)))
+    if out64.dtype != torch.float64:
+        raise CheckFailed(f"inverted_dropout(float64 x): the result has dtype {out64.dtype}; "
+                          f"keep x's dtype")
+    g = torch.Generator().manual_seed(6)
+    for bad in (1.0, -0.1, 1.5):
+        _expect_value_error(lambda bad=bad: inverted_dropout(x, bad, g), f"inverted_dropout(x, p={bad})", "p")
+    return "drop rate, 1/(1-p) scaling, unchanged mean, seeded masks, dtype and bad p"
+
+
+def _ch05_blocks(num_layers: int, width: int, norm: bool, seed: int) -> torch.nn.ModuleList:
+    from torch import nn
+    torch.manual_seed(540 + seed)
+    return nn.ModuleList(
+        nn.Sequential(*([nn.LayerNorm(width)] if norm else []), nn.Linear(width, 2 * width),
+                      nn.Tanh(), nn.Linear(2 * width, width))
+        for _ in range(num_layers))
+
+
+def _ch05_reference_grad_norms(blocks, x: torch.Tensor, residual: bool) -> torch.Tensor:
+    h = x
+    for block in blocks:
+        h = h + block(h) if residual else block(h)
+    params = [list(b.parameters()) for b in blocks]
+    grads = torch.autograd.grad(h.mean(), [p for ps in params for p in ps])
+    out, i = [], 0
+    for ps in params:
+        out.append(torch.sqrt(sum(gr.pow(2).sum() for gr in grads[i:i + len(ps)])))
+        i += len(ps)
+    return torch.stack(out).detach()
+
+
+@exercise_check
+def check_residual_gradient_norms(residual_gradient_norms: Callable) -> str:
+    """``residual_gradient_norms(blocks, x, residual)``: run ``h = h + block(h)`` (or
+    ``h = block(h)``) through the blocks, backpropagate ``h.mean()``, and return, per block, the
+    L2 norm of all its parameters' gradients together, as a 1-D tensor."""
+    cases = [(6, 8, False, True), (6, 8, False, False), (4, 6, True, True), (5, 6, True, False),
+             (1, 4, False, True)]
+    for seed, (L, C, norm, residual) in enumerate(cases):
+        blocks = _ch05_blocks(L, C, norm, seed)
+        x = torch.randn(5, C, generator=_ch05_rng(40 + seed))
+        what = (f"residual_gradient_norms({L} blocks of width {C}"
+                f"{' with LayerNorm' if norm else ''}, residual={residual})")
+        expected = _ch05_reference_grad_norms(blocks, x, residual)
+        got = residual_gradient_norms(blocks, x.clone(), residual)
+        if isinstance(got, (list, tuple)):
+            got = torch.tensor([float(v) for v in got])
+        check_shape(got, (L,), what=what)
+        assert_same(_as_tensor(got).float(), expected, what=f"{what} (entry l: sqrt of the summed "
+                    f"squared gradients of every parameter of block l, loss = output.mean())",
+                    rtol=1e-4, atol=1e-7)
+        again = residual_gradient_norms(blocks, x.clone(), residual)
+        if isinstance(again, (list, tuple)):
+            again = torch.tensor([float(v) for v in again])
+        assert_same(_as_tensor(again).float(), expected, what=f"{what}, called a second time on the "
+                    f"same blocks (gradients must not accumulate: zero them, or use "
+                    f"torch.autograd.grad)", rtol=1e-4, atol=1e-7)
+    return f"{len(cases)} stacks with and without residuals and norms"

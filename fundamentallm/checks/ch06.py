@@ -1,0 +1,123 @@
+"""Checks for the exercises of chapter 6: pre-LN vs post-LN."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .core import (
+    CheckFailed,
+    _as_tensor,
+    _expect_value_error,
+    assert_same,
+    check_shape,
+    exercise_check,
+)
+
+
+def _ch06_block(norm_position: str, norm: str, seed: int, d_model: int = 16, num_heads: int = 2):
+    """A package ``TransformerBlock`` with random weights, norm gains and biases included (so that
+    swapping norm1 and norm2 shows), in eval mode."""
+    from ..config import TransformerConfig
+    from ..model import TransformerBlock
+
+    torch.manual_seed(600 + seed)
+    config = TransformerConfig(vocab_size=8, d_model=d_model, num_heads=num_heads, num_layers=1,
+                               max_seq_len=16, norm=norm, norm_position=norm_position)
+    block = TransformerBlock(config).eval()
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if name.startswith("norm"):
+                p.copy_(1.0 + 0.5 * torch.randn(p.shape) if name.endswith("weight") else 0.5 * torch.randn(p.shape))
+    return block
+
+
+def _ch06_check_block(student_fn: Callable, norm_position: str, formula: str) -> str:
+    cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 7, 16), 4), ("layernorm", (3, 1, 8), 1)]
+    for seed, (norm, shape, heads) in enumerate(cases):
+        block = _ch06_block(norm_position, norm, seed, d_model=shape[-1], num_heads=heads)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(610 + seed))
+        with torch.no_grad():
+            expected = block(x)
+            got = student_fn(x.clone(), block.attn, block.ff, block.norm1, block.norm2)
+        what = f"{student_fn.__name__}(x of shape {shape}, {norm}, {heads} heads)"
+        check_shape(got, shape, what=what)
+        assert_same(got, expected, what=f"{what} (expected {formula})", atol=1e-5, rtol=1e-4)
+    return f"{len(cases)} blocks equal to fundamentallm.TransformerBlock(norm_position={norm_position!r})"
+
+
+@exercise_check
+def check_pre_ln_block(pre_ln_block: Callable) -> str:
+    """``pre_ln_block(x, attn, ff, norm1, norm2)``: ``h = x + attn(norm1(x))``,
+    ``h + ff(norm2(h))``; compared with the package's pre-LN ``TransformerBlock``."""
+    return _ch06_check_block(pre_ln_block, "pre", "h = x + attn(norm1(x)); h + ff(norm2(h))")
+
+
+@exercise_check
+def check_post_ln_block(post_ln_block: Callable) -> str:
+    """``post_ln_block(x, attn, ff, norm1, norm2)``: ``h = norm1(x + attn(x))``,
+    ``norm2(h + ff(h))``; compared with the package's post-LN ``TransformerBlock``."""
+    return _ch06_check_block(post_ln_block, "post", "h = norm1(x + attn(x)); norm2(h + ff(h))")
+
+
+@exercise_check
+def check_per_layer_grad_norms(per_layer_grad_norms: Callable) -> str:
+    """``per_layer_grad_norms(model)``: after ``backward()``, the L2 norm of all gradients of each
+    block in ``model.blocks`` (``None`` gradients count as zero), as a 1-D tensor; the gradients
+    themselves are left unchanged."""
+    from ..config import TransformerConfig
+    from ..model import Transformer
+
+    cases = [(3, "pre", None), (2, "post", None), (1, "pre", None), (3, "pre", "blocks.1.attn.qkv.bias")]
+    for seed, (L, position, frozen) in enumerate(cases):
+        torch.manual_seed(620 + seed)
+        model = Transformer(TransformerConfig(vocab_size=11, d_model=16, num_heads=2, num_layers=L,
+                                              max_seq_len=8, norm_position=position))
+        if frozen is not None:
+            model.get_parameter(frozen).requires_grad_(False)
+        ids = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(630 + seed))
+        _, loss = model(ids, ids)
+        loss.backward()
+        before = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        expected = torch.stack([
+            torch.sqrt(sum((p.grad.double().pow(2).sum() for p in b.parameters() if p.grad is not None),
+                           torch.zeros((), dtype=torch.float64)))
+            for b in model.blocks]).float()
+        what = (f"per_layer_grad_norms({L}-layer {position}-LN model"
+                f"{f' whose {frozen} has no gradient' if frozen else ''})")
+        got = per_layer_grad_norms(model)
+        if isinstance(got, (list, tuple)):
+            got = torch.tensor([float(v) for v in got])
+        check_shape(got, (L,), what=what)
+        assert_same(_as_tensor(got).float(), expected, what=f"{what} (entry l: sqrt of the sum of "
+                    f"squared gradient entries over every parameter of model.blocks[l])",
+                    rtol=1e-4, atol=1e-8)
+        for n, p in model.named_parameters():
+            if n in before and (p.grad is None or not torch.equal(p.grad, before[n])):
+                raise CheckFailed(f"{what} changed the gradient of {n}; only read .grad")
+    return f"{len(cases)} models, pre- and post-LN, one with a parameter without gradient"
+
+
+@exercise_check
+def check_warmup_lr(warmup_lr: Callable) -> str:
+    """``warmup_lr(step, base_lr, warmup_steps)``: with ``s = step + 1``, ``base_lr · s /
+    warmup_steps`` while ``s <= warmup_steps``, then ``base_lr``; ``warmup_steps=0`` means no
+    warmup; ``ValueError`` for a negative ``step`` or ``warmup_steps``."""
+    n = 0
+    for base_lr, warmup in ((1e-3, 10), (0.5, 1), (3e-2, 0), (2.0, 7)):
+        for step in range(3 * max(warmup, 3)):
+            s = step + 1
+            expected = base_lr * s / warmup if s <= warmup else base_lr
+            got = warmup_lr(step, base_lr, warmup)
+            if got is None:
+                raise CheckFailed("got None -- did you forget to return the learning rate?")
+            phase = "warmup" if s <= warmup else "after warmup"
+            assert_same(torch.tensor(float(got), dtype=torch.float64),
+                        torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=1e-15,
+                        what=f"warmup_lr(step={step}, base_lr={base_lr}, warmup_steps={warmup}) ({phase}; "
+                             f"step is 0-based, so step 0 already gets base_lr / warmup_steps)")
+            n += 1
+    _expect_value_error(lambda: warmup_lr(-1, 1e-3, 10), "warmup_lr(step=-1, ...)", "step")
+    _expect_value_error(lambda: warmup_lr(0, 1e-3, -5), "warmup_lr(0, 1e-3, warmup_steps=-5)", "warmup_steps")
+    return f"correct at {n} steps of 4 schedules, and bad arguments rejected"

@@ -1,0 +1,150 @@
+"""Checks for the exercises of chapter 7: the full model."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .core import CheckFailed, assert_same, check_shape, exercise_check
+
+
+def _ch07_rng(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(700 + seed)
+
+
+@exercise_check
+def check_feed_forward(feed_forward: Callable) -> str:
+    """``feed_forward(x, w_up, b_up, w_down, b_down)`` = ``down(gelu_tanh(up(x)))`` with
+    ``nn.Linear`` layouts, compared with ``F.linear`` + ``F.gelu(approximate="tanh")``."""
+    act = torch.nn.functional.gelu
+    cases = [((2, 3, 8), 32), ((5, 4), 16), ((1, 1, 6), 6), ((2, 7, 4), 12)]
+    for seed, (shape, d_ff) in enumerate(cases):
+        g = _ch07_rng(seed)
+        d_model = shape[-1]
+        x = torch.randn(shape, generator=g, dtype=torch.float64) * 2.0  # wide range: tails matter
+        w_up = torch.randn(d_ff, d_model, generator=g, dtype=torch.float64)
+        b_up = torch.randn(d_ff, generator=g, dtype=torch.float64)
+        w_down = torch.randn(d_model, d_ff, generator=g, dtype=torch.float64) / d_ff ** 0.5
+        b_down = torch.randn(d_model, generator=g, dtype=torch.float64)
+        expected = torch.nn.functional.linear(
+            act(torch.nn.functional.linear(x, w_up, b_up), approximate="tanh"), w_down, b_down)
+        got = feed_forward(x.clone(), w_up.clone(), b_up.clone(), w_down.clone(), b_down.clone())
+        check_shape(got, tuple(expected.shape), what=f"output for x of shape {shape}, d_ff={d_ff}")
+        assert_same(got, expected, what=f"output for x of shape {shape}, d_ff={d_ff}")
+    return f"{len(cases)} cases equal F.linear + F.gelu(approximate='tanh')"
+
+
+@exercise_check
+def check_swiglu(swiglu: Callable) -> str:
+    """``swiglu(x, w_gate, w_up, w_down)`` = ``down(silu(gate(x)) * up(x))`` (no biases),
+    compared with a reference written with ``F.silu``."""
+    F_ = torch.nn.functional
+    cases = [((2, 3, 8), 24), ((4, 6), 16), ((1, 1, 4), 8)]
+    for seed, (shape, d_ff) in enumerate(cases):
+        g = _ch07_rng(10 + seed)
+        d_model = shape[-1]
+        x = torch.randn(shape, generator=g, dtype=torch.float64) * 2.0
+        w_gate, w_up = (torch.randn(d_ff, d_model, generator=g, dtype=torch.float64) for _ in range(2))
+        w_down = torch.randn(d_model, d_ff, generator=g, dtype=torch.float64) / d_ff ** 0.5
+        expected = F_.linear(F_.silu(F_.linear(x, w_gate)) * F_.linear(x, w_up), w_down)
+        got = swiglu(x.clone(), w_gate.clone(), w_up.clone(), w_down.clone())
+        check_shape(got, tuple(expected.shape), what=f"output for x of shape {shape}, d_ff={d_ff}")
+        assert_same(got, expected, what=f"output for x of shape {shape}, d_ff={d_ff}")
+    return f"{len(cases)} cases equal down(silu(gate(x)) * up(x))"
+
+
+# GPT-2 small with tied embeddings, as reported for the published checkpoint.
+_GPT2_SMALL_PARAMETERS = 124_439_808
+
+
+@exercise_check
+def check_count_parameters(count_parameters: Callable) -> str:
+    """``count_parameters(config_dict)`` -> int, compared with ``Transformer(...).num_parameters()``
+    on configurations varying every field that changes the count, and with GPT-2 small's
+    published 124,439,808."""
+    from ..config import TransformerConfig
+    from ..model import Transformer
+
+    base = dict(vocab_size=50, d_model=32, num_heads=4, num_layers=2, max_seq_len=16)
+    variants = [
+        {}, {"tie_weights": False}, {"d_ff": 48}, {"activation": "relu"}, {"activation": "swiglu"},
+        {"activation": "swiglu", "d_ff": 40}, {"bias": False}, {"norm": "rmsnorm"},
+        {"pos_encoding": "rope"}, {"pos_encoding": "sinusoidal"}, {"pos_encoding": "none"},
+        {"num_layers": 5, "d_model": 48, "num_heads": 6, "max_seq_len": 40, "vocab_size": 97},
+        {"activation": "swiglu", "bias": False, "norm": "rmsnorm", "pos_encoding": "rope",
+         "tie_weights": False, "d_model": 40, "num_heads": 5},
+    ]
+    for overrides in variants:
+        cfg = {**base, **overrides}
+        expected = Transformer(TransformerConfig(**cfg)).num_parameters()
+        got = count_parameters(dict(cfg))
+        if got is None:
+            raise CheckFailed(f"config {overrides or 'base'}: got None -- did you forget to return?")
+        if int(got) != expected:
+            raise CheckFailed(f"config {cfg}: expected {expected:,} parameters, got {int(got):,} "
+                              f"(difference {int(got) - expected:+,})")
+    gpt2 = dict(vocab_size=50257, d_model=768, num_heads=12, num_layers=12, max_seq_len=1024)
+    got = count_parameters(dict(gpt2))
+    if got is None or int(got) != _GPT2_SMALL_PARAMETERS:
+        raise CheckFailed(f"GPT-2 small {gpt2}: expected {_GPT2_SMALL_PARAMETERS:,}, got {got}")
+    return f"{len(variants)} configurations and GPT-2 small ({_GPT2_SMALL_PARAMETERS:,})"
+
+
+def _ch07_leak_reference(model_fn: Callable, input_ids: torch.Tensor, vocab_size: int,
+                         atol: float) -> torch.Tensor:
+    base = model_fn(input_ids)
+    T = input_ids.shape[1]
+    changed = torch.zeros(T, T, dtype=torch.bool)
+    for t in range(T):
+        ids = input_ids.clone()
+        ids[0, t] = (ids[0, t] + 1) % vocab_size
+        diff = (model_fn(ids) - base).abs().amax(dim=-1)[0]  # (T,)
+        changed[t] = diff > atol
+    return changed
+
+
+@exercise_check
+def check_causal_leak_test(causal_leak_test: Callable) -> str:
+    """``causal_leak_test(model_fn, input_ids, vocab_size, atol=1e-6)`` -> bool ``(T, T)`` with
+    ``[t, s]`` True when changing token t changes the logits at position s. Run on a causal model,
+    a bidirectional one, and a model that leaks one future token into one position."""
+    from ..config import TransformerConfig
+    from ..model import Transformer
+
+    torch.manual_seed(7)
+    cfg = dict(vocab_size=16, d_model=32, num_heads=4, num_layers=2, max_seq_len=16)
+    causal = Transformer(TransformerConfig(**cfg)).eval()
+    bidirectional = Transformer(TransformerConfig(**cfg, causal=False)).eval()
+
+    def run(model):
+        return lambda ids: model(ids)[0].detach()
+
+    def one_leak(ids):  # position 2 sees token 5: a bug hiding in the middle of the sequence
+        logits = run(causal)(ids).clone()
+        logits[:, 2] += 0.1 * ids[:, 5:6].to(logits.dtype)
+        return logits
+
+    models = {"a causal model": run(causal), "a bidirectional model": run(bidirectional),
+              "a model where position 2 sees token 5": one_leak}
+    for seed, T in ((0, 8), (1, 1), (2, 12)):
+        ids = torch.randint(0, 16, (1, T), generator=_ch07_rng(20 + seed))
+        for name, fn in models.items():
+            if T < 6 and name.startswith("a model where"):
+                continue
+            expected = _ch07_leak_reference(fn, ids, 16, 1e-6)
+            before = ids.clone()
+            got = causal_leak_test(fn, ids, 16, atol=1e-6)
+            if not torch.equal(ids, before):
+                raise CheckFailed("your function changed the caller's input_ids: clone before editing")
+            check_shape(got, (T, T), what=f"result for {name}, T={T}")
+            got = torch.as_tensor(np.asarray(got) if not isinstance(got, torch.Tensor) else got)
+            if got.dtype != torch.bool:
+                raise CheckFailed(f"result for {name}: expected a boolean tensor, got dtype {got.dtype}")
+            if not torch.equal(got, expected):
+                t, s = (int(i) for i in (got != expected).nonzero()[0])
+                raise CheckFailed(f"{name}, T={T}: entry [t={t}, s={s}] (does changing token {t} "
+                                  f"change the logits at position {s}?) should be "
+                                  f"{bool(expected[t, s])}, got {bool(got[t, s])}")
+    return "causal, bidirectional and single-leak models classified correctly"
