@@ -8,7 +8,16 @@ A checkpoint is a directory:
 * ``tokenizer.json`` -- the tokenizer, if one was given;
 * ``trainer.pt`` -- optimizer moments, RNG states and the history of a :class:`Trainer`
   (or a bare optimizer), read back with ``torch.load(weights_only=True)``, which refuses to
-  unpickle anything but tensors and plain containers.
+  unpickle anything but tensors and plain containers;
+* ``manifest.json`` -- the step and each file's size and SHA-256, written last.
+
+Saving never damages the previous checkpoint: everything is written (and flushed to disk) into a
+hidden sibling directory, then renamed into place -- the old directory is first renamed aside and
+deleted only after the new one is in place. A kill or a full disk at any moment therefore leaves
+either the old or the new checkpoint complete; if a kill falls between the two renames,
+:func:`load_checkpoint` finds the old one aside and loads it. Loading verifies every file against
+the manifest and names the one that does not match (a flipped bit, a truncated file, a file from
+another save).
 
 Resuming from it reproduces uninterrupted training bit for bit on the CPU (tested in a new
 process), because every source of randomness and every optimizer statistic is restored.
@@ -16,10 +25,13 @@ process), because every source of randomness and every optimizer statistic is re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
 import random
+import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -34,7 +46,10 @@ from .config import TransformerConfig
 from .model import Transformer, TransformerClassifier
 from .tokenizers import Tokenizer
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+MANIFEST = "manifest.json"
+FILES = ("model.safetensors", "checkpoint.json", "tokenizer.json", "trainer.pt")
+READABLE_VERSIONS = (1, 2)  # version 1: the same files, without a manifest
 MODEL_CLASSES = {"Transformer": Transformer, "TransformerClassifier": TransformerClassifier}
 PathLike = Union[str, os.PathLike]
 
@@ -82,69 +97,241 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is incomplete, corrupt or inconsistent (a ``ValueError``)."""
+
+
+def _staging(path: Path) -> Path:
+    return path.parent / f".{path.name}.saving"
+
+
+def _aside(path: Path) -> Path:
+    return path.parent / f".{path.name}.previous"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file (or a directory's entries) to the disk, so a rename never outruns the data."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # e.g. directories on Windows cannot be opened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def check_output_dir(path: PathLike) -> Path:
+    """Raise a clear error, before any work is done, if ``path`` cannot hold a checkpoint: it is
+    a file, a non-empty directory that is not a checkpoint (replacing it would delete its files),
+    or its parent cannot be created or written. Returns ``Path(path)``."""
+    if not isinstance(path, (str, os.PathLike)) or str(path) == "":
+        raise TypeError(f"path={path!r} must be a non-empty str or os.PathLike")
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"path={str(path)!r} exists and is not a directory; a checkpoint is a "
+                         f"directory: choose another path")
+    if path.is_dir() and any(path.iterdir()) and not (
+            (path / "checkpoint.json").is_file() or (path / MANIFEST).is_file()):
+        raise ValueError(f"path={str(path)!r} is a non-empty directory that is not a checkpoint; "
+                         f"saving would replace its files: choose an empty or new directory")
+    parent = path.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"path={str(path)!r}: cannot create its parent directory ({err.strerror})") from err
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"path={str(path)!r}: the directory {str(parent)!r} is not writable")
+    return path
+
+
 def save_checkpoint(path: PathLike, model: nn.Module, config: Optional[TransformerConfig] = None,
                     tokenizer: Optional[Tokenizer] = None, trainer=None,
                     optimizer: Optional[torch.optim.Optimizer] = None, step: Optional[int] = None,
                     extra: Optional[dict[str, Any]] = None) -> Path:
     """Write ``model`` (and optionally its tokenizer, a :class:`~fundamentallm.training.Trainer`'s
-    full state or a bare optimizer, a step and JSON-serialisable ``extra``) to directory ``path``.
-    ``config`` defaults to ``model.config``. Returns the directory."""
+    full state or a bare optimizer, a step and JSON-serialisable ``extra``) to directory ``path``,
+    atomically (see the module docstring). ``config`` defaults to ``model.config``. Returns the
+    directory. An existing checkpoint at ``path`` is replaced; any other non-empty directory or a
+    file there raises ``ValueError``."""
     config = config if config is not None else getattr(model, "config", None)
     if not isinstance(config, TransformerConfig):
         raise TypeError(f"config must be a TransformerConfig (or model.config one), got {type(config).__name__}")
     if trainer is not None and optimizer is not None:
         raise ValueError("pass either trainer (which owns its optimizer) or optimizer, not both")
+    if tokenizer is not None:
+        if not isinstance(tokenizer, Tokenizer):
+            raise TypeError(f"tokenizer must be a fundamentallm Tokenizer, got {type(tokenizer).__name__}")
+        if tokenizer.vocab_size > config.vocab_size:
+            raise ValueError(f"tokenizer.vocab_size={tokenizer.vocab_size} exceeds the model's "
+                             f"vocab_size={config.vocab_size}; its ids would not fit the embedding")
+    if trainer is not None and step is None:
+        step = trainer.step
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise ValueError(f"step={step!r} must be None or an integer >= 0")
     kwargs = {}
     if isinstance(model, TransformerClassifier):
         kwargs = {"num_classes": model.num_classes, "pooling": model.pooling}
-    if trainer is not None and step is None:
-        step = trainer.step
     meta = {"format_version": FORMAT_VERSION, "model_class": type(model).__name__,
             "model_kwargs": kwargs, "config": config.to_dict(), "step": step, "extra": extra or {}}
     try:
-        text = json.dumps(meta, indent=2)
-    except TypeError as err:
-        raise TypeError(f"extra must be JSON-serialisable: {err}") from err
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    state, _ = _unique_state(model)
-    save_file(state, str(path / "model.safetensors"), metadata={"format": "fundamentallm"})
-    (path / "checkpoint.json").write_text(text, encoding="utf-8")
-    if tokenizer is not None:
-        tokenizer.save(path / "tokenizer.json")
-    elif (path / "tokenizer.json").exists():
-        (path / "tokenizer.json").unlink()  # do not leave a stale tokenizer from an older save
-    blob: dict[str, Any] = {"rng": _rng_state()}
-    if trainer is not None:
-        blob["trainer"] = trainer.state_dict()
-    if optimizer is not None:
-        blob["optimizer"] = optimizer.state_dict()
-    torch.save(blob, path / "trainer.pt")
+        text = json.dumps(meta, indent=2, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"extra must be JSON-serialisable (finite numbers, str, lists, dicts): {err}") from err
+    path = check_output_dir(path)
+    stage = _staging(path)
+    shutil.rmtree(stage, ignore_errors=True)  # a leftover of an interrupted save
+    try:
+        stage.mkdir()
+        state, _ = _unique_state(model)
+        save_file(state, str(stage / "model.safetensors"), metadata={"format": "fundamentallm"})
+        (stage / "checkpoint.json").write_text(text, encoding="utf-8")
+        if tokenizer is not None:
+            tokenizer.save(stage / "tokenizer.json")
+        blob: dict[str, Any] = {"rng": _rng_state()}
+        if trainer is not None:
+            blob["trainer"] = trainer.state_dict()
+        if optimizer is not None:
+            blob["optimizer"] = optimizer.state_dict()
+        torch.save(blob, stage / "trainer.pt")
+        files = {}
+        for name in FILES:
+            if (stage / name).exists():
+                _fsync(stage / name)
+                files[name] = {"bytes": (stage / name).stat().st_size, "sha256": _sha256(stage / name)}
+        manifest = {"format_version": FORMAT_VERSION, "step": step, "files": files}
+        (stage / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        _fsync(stage / MANIFEST)
+        _fsync(stage)
+        _swap_into_place(stage, path)
+    except OSError as err:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise OSError(err.errno, f"could not write the checkpoint {str(path)!r} ({err.strerror or err}); "
+                                 f"the previous checkpoint there, if any, is unchanged") from err
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
     return path
+
+
+def _swap_into_place(stage: Path, path: Path) -> None:
+    """``stage`` becomes ``path``; an old ``path`` is renamed aside first and deleted last, so at
+    every instant one complete checkpoint exists (``path``, or ``.name.previous`` beside it)."""
+    aside = _aside(path)
+    if path.exists():
+        shutil.rmtree(aside, ignore_errors=True)  # path is complete, so an older copy is not needed
+        os.replace(path, aside)
+    os.replace(stage, path)
+    _fsync(path.parent)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _verify(path: Path) -> Optional[int]:
+    """Check every file against ``manifest.json``; return the manifest's step."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        files, step = manifest["files"], manifest["step"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupt ({err!r})") from err
+    for name in FILES:
+        if name not in files and (path / name).exists():
+            raise CheckpointError(f"checkpoint {path}: {name} is not in {MANIFEST}; it was left by "
+                                  f"another save. Delete it or save the checkpoint again")
+    for name, entry in files.items():
+        file = path / name
+        if name not in FILES:
+            raise CheckpointError(f"checkpoint {path}: {MANIFEST} lists an unknown file {name!r}")
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint {path}: {name} is missing (listed in {MANIFEST})")
+        if file.stat().st_size != entry.get("bytes") or _sha256(file) != entry.get("sha256"):
+            raise CheckpointError(f"checkpoint {path}: {name} does not match the SHA-256 in {MANIFEST} "
+                                  f"(the file was changed, truncated or comes from another save)")
+    return step
+
+
+def _locate(path: Path) -> Path:
+    """``path``, or the old checkpoint a save interrupted between its two renames left aside."""
+    if (path / "checkpoint.json").is_file():
+        return path
+    aside = _aside(path)
+    if not path.exists() and (aside / MANIFEST).is_file():
+        warnings.warn(f"{path} is missing but {aside} holds the previous checkpoint (a save was "
+                      f"interrupted); loading that one", stacklevel=3)
+        return aside
+    raise FileNotFoundError(f"{path} is not a checkpoint directory (needs checkpoint.json and "
+                            f"model.safetensors)")
 
 
 def _load_weights(path: Path, model: nn.Module) -> None:
     try:
         loaded = load_file(str(path / "model.safetensors"))
     except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"checkpoint {path}: model.safetensors is corrupt or unreadable ({err})") from err
+        raise CheckpointError(f"checkpoint {path}: model.safetensors is corrupt or unreadable ({err})") from err
     expected, aliases = _unique_state(model)
     missing = sorted(set(expected) - set(loaded))
     unexpected = sorted(set(loaded) - set(expected))
     wrong = [f"{k}: checkpoint {tuple(loaded[k].shape)} vs model {tuple(v.shape)}"
              for k, v in expected.items() if k in loaded and loaded[k].shape != v.shape]
     if missing or unexpected or wrong:
-        raise ValueError(f"checkpoint {path} does not match the model: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}, shape mismatches {wrong[:5]}")
+        raise CheckpointError(f"checkpoint {path} does not match the model: missing {missing[:5]}, "
+                              f"unexpected {unexpected[:5]}, shape mismatches {wrong[:5]}")
+    for name, tensor in loaded.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"checkpoint {path}: model.safetensors holds non-finite values "
+                                  f"(NaN or inf) in {name!r}; it cannot be used")
     for alias, name in aliases.items():
         loaded[alias] = loaded[name]
     model.load_state_dict(loaded)
 
 
+def _read_meta(path: Path) -> tuple[dict[str, Any], TransformerConfig]:
+    try:
+        meta = json.loads((path / "checkpoint.json").read_text(encoding="utf-8"))
+        version, config_values = meta["format_version"], meta["config"]
+        meta["model_class"], meta["model_kwargs"]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"checkpoint {path}: checkpoint.json is corrupt ({err!r})") from err
+    if version not in READABLE_VERSIONS:
+        raise CheckpointError(f"checkpoint {path} has format_version={version!r}; this version reads "
+                              f"{', '.join(map(str, READABLE_VERSIONS))}")
+    if not isinstance(config_values, dict):
+        raise CheckpointError(f"checkpoint {path}: checkpoint.json's config is not an object")
+    # subtle: a missing field would silently take today's default (e.g. rope_base), giving a model
+    # that loads but computes different logits; every field the checkpoint's era knew must be there.
+    missing = sorted(set(_ORIGINAL_FIELDS) - set(config_values))
+    if missing:
+        raise CheckpointError(f"checkpoint {path}: checkpoint.json's config lacks field(s) {missing}; "
+                              f"refusing to fill them with defaults")
+    try:
+        config = TransformerConfig.from_dict(config_values)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {path}: checkpoint.json holds an invalid config ({err})") from err
+    return meta, config
+
+
+# The TransformerConfig fields of format version 1; fields added later have defaults that
+# reproduce the older behaviour, so only these must be present.
+_ORIGINAL_FIELDS = ("vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_seq_len", "dropout",
+                    "norm", "norm_position", "pos_encoding", "activation", "bias", "tie_weights",
+                    "causal", "norm_eps", "rope_base", "attn_impl")
+
+
 def load_checkpoint(path: PathLike, model: Optional[nn.Module] = None, trainer=None,
                     optimizer: Optional[torch.optim.Optimizer] = None,
                     map_location: Optional[Union[str, torch.device]] = None,
-                    restore_rng: bool = False) -> Checkpoint:
+                    restore_rng: bool = False, verify: bool = True) -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint`.
 
     Without ``model`` a new one is built (on the CPU) from the saved class and config; with one,
@@ -152,19 +339,32 @@ def load_checkpoint(path: PathLike, model: Optional[nn.Module] = None, trainer=N
     moves the model afterwards. ``trainer`` (or ``optimizer``) gets its saved state back -- for a trainer
     that includes the batch generator and RNG states, so ``trainer.fit()`` continues exactly.
     ``restore_rng=True`` also restores the global RNG states saved at the time of saving.
+
+    Every file is first checked against ``manifest.json`` (size and SHA-256); a mismatch raises
+    :class:`CheckpointError` (a ``ValueError``) naming the file. ``verify=False`` skips that check,
+    e.g. for a checkpoint written before manifests existed.
     """
-    path = Path(path)
-    if not (path / "checkpoint.json").is_file() or not (path / "model.safetensors").is_file():
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    for name, value in (("restore_rng", restore_rng), ("verify", verify)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}={value!r} must be True or False")
+    path = _locate(Path(path))
+    if not (path / "model.safetensors").is_file():
         raise FileNotFoundError(f"{path} is not a checkpoint directory (needs checkpoint.json and "
                                 f"model.safetensors)")
-    try:
-        meta = json.loads((path / "checkpoint.json").read_text(encoding="utf-8"))
-        version, cls_name = meta["format_version"], meta["model_class"]
-        config = TransformerConfig.from_dict(meta["config"])
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"checkpoint {path}: checkpoint.json is corrupt ({err!r})") from err
-    if version != FORMAT_VERSION:
-        raise ValueError(f"checkpoint {path} has format_version={version}; this version reads {FORMAT_VERSION}")
+    manifest_step = None
+    if verify:
+        if not (path / MANIFEST).is_file():
+            raise CheckpointError(f"checkpoint {path} has no {MANIFEST}, so its files cannot be "
+                                  f"verified (an older format, or copied by hand); pass verify=False "
+                                  f"to load it anyway")
+        manifest_step = _verify(path)
+    meta, config = _read_meta(path)
+    if verify and meta.get("step") != manifest_step:
+        raise CheckpointError(f"checkpoint {path}: checkpoint.json is from step {meta.get('step')} but "
+                              f"{MANIFEST} from step {manifest_step}")
+    cls_name = meta["model_class"]
     if model is None:
         if cls_name not in MODEL_CLASSES:
             raise ValueError(f"checkpoint {path} holds a {cls_name}; pass model= to load it "
@@ -179,15 +379,25 @@ def load_checkpoint(path: PathLike, model: Optional[nn.Module] = None, trainer=N
     _load_weights(path, model)  # copies into the model's parameters, on their current device
     if map_location is not None:
         model.to(map_location)
-    tokenizer = Tokenizer.load(path / "tokenizer.json") if (path / "tokenizer.json").exists() else None
+    tokenizer = None
+    if (path / "tokenizer.json").exists():
+        tokenizer = Tokenizer.load(path / "tokenizer.json")
+        if tokenizer.vocab_size > config.vocab_size:
+            raise CheckpointError(f"checkpoint {path}: tokenizer.json has vocab_size={tokenizer.vocab_size} "
+                                  f"but the model only {config.vocab_size}")
     trainer_state = None
     if (path / "trainer.pt").exists():
         try:
             blob = torch.load(path / "trainer.pt", map_location="cpu", weights_only=True)
-        except (RuntimeError, pickle.UnpicklingError, EOFError) as err:
-            raise ValueError(f"checkpoint {path}: trainer.pt is corrupt or holds more than tensors "
-                             f"and plain containers ({err})") from err
+        except (RuntimeError, pickle.UnpicklingError, EOFError, OSError) as err:
+            raise CheckpointError(f"checkpoint {path}: trainer.pt is corrupt or holds more than tensors "
+                                  f"and plain containers ({err})") from err
+        if not isinstance(blob, dict) or "rng" not in blob:
+            raise CheckpointError(f"checkpoint {path}: trainer.pt does not hold a training state")
         trainer_state = blob.get("trainer")
+        if trainer_state is not None and trainer_state.get("step") != meta.get("step"):
+            raise CheckpointError(f"checkpoint {path}: trainer.pt is from step {trainer_state.get('step')} "
+                                  f"but checkpoint.json from step {meta.get('step')}")
         if restore_rng:
             _set_rng_state(blob["rng"])
         if trainer is not None:
