@@ -70,8 +70,8 @@ def _load_download(name: str) -> str:
 def load_corpus(name_or_path: Union[str, os.PathLike]) -> str:
     """The text of a corpus: ``"python-docs"`` (built in), ``"tinyshakespeare"`` (downloaded once,
     checksum-verified and cached in :func:`cache_dir`), or the path of a UTF-8 text file."""
-    if isinstance(name_or_path, os.PathLike) or os.path.isfile(str(name_or_path)):
-        return Path(name_or_path).read_text(encoding="utf-8")
+    if isinstance(name_or_path, os.PathLike) or (isinstance(name_or_path, str) and os.path.isfile(name_or_path)):
+        return _read_text_file(Path(name_or_path))
     if not isinstance(name_or_path, str):
         raise TypeError(f"name_or_path must be a corpus name or a path, got {type(name_or_path).__name__}")
     if name_or_path == "python-docs":
@@ -82,6 +82,22 @@ def load_corpus(name_or_path: Union[str, os.PathLike]) -> str:
         return _load_download(name_or_path)
     raise ValueError(f"corpus {name_or_path!r} is neither an existing file nor a known corpus; "
                      f"known corpora: {', '.join(map(repr, CORPORA))}")
+
+
+def _read_text_file(path: Path) -> str:
+    """A UTF-8 text file, with errors that name the file and say what was wrong."""
+    if path.is_dir():
+        raise ValueError(f"corpus path {str(path)!r} is a directory; pass a UTF-8 text file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"corpus file {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start}); "
+                         f"convert it first, e.g. `iconv -f latin1 -t utf-8`") from err
+    if not text:
+        raise ValueError(f"corpus file {str(path)!r} is empty")
+    if "\x00" in text:
+        raise ValueError(f"corpus file {str(path)!r} contains NUL bytes: it looks binary, not text")
+    return text
 
 
 def _as_ids(ids) -> torch.Tensor:
@@ -98,6 +114,10 @@ def train_val_split(ids, val_fraction: float = 0.1):
     if not isinstance(val_fraction, float) or not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction={val_fraction!r} must be a float in (0, 1)")
     n_train = int(len(ids) * (1.0 - val_fraction))
+    if n_train == 0 or n_train == len(ids):
+        raise ValueError(f"val_fraction={val_fraction!r} of {len(ids)} tokens leaves an empty "
+                         f"{'training' if n_train == 0 else 'validation'} split; choose a fraction "
+                         f"that keeps at least one token on each side")
     return ids[:n_train], ids[n_train:]
 
 
@@ -135,6 +155,9 @@ def get_batch(data, batch_size: int, block_size: int,
     """``batch_size`` random windows of a token stream: ``x, y`` of shape ``(B, T)``, ``y`` being
     ``x`` shifted by one. Pass a seeded ``torch.Generator`` for reproducible batches."""
     data = _as_ids(data)
+    for name, value in (("batch_size", batch_size), ("block_size", block_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}={value!r} must be an integer >= 1")
     if len(data) < block_size + 1:
         raise ValueError(f"{len(data)} tokens are too few for block_size={block_size}")
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)

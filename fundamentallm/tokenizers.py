@@ -23,6 +23,10 @@ from typing import Any, Iterable, Optional, Union
 # and the last alternatives guarantee that every character of any text lands in some chunk.
 GPT2_SPLIT_PATTERN = (r"'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+")
 PathLike = Union[str, os.PathLike]
+# The split patterns a tokenizer FILE may name. A file is data and is meant to be safe to load, but
+# a regular expression is a program: ``"(.|.)*Z"`` backtracks exponentially and hangs ``encode``.
+# So ``Tokenizer.load`` accepts only these; a pattern of your own is passed in code instead.
+KNOWN_PATTERNS = {"gpt2": GPT2_SPLIT_PATTERN, "none": None}
 
 
 class Tokenizer:
@@ -47,11 +51,16 @@ class Tokenizer:
 
     @staticmethod
     def from_dict(state: dict[str, Any]) -> Tokenizer:
-        """Rebuild the tokenizer named by ``state["type"]``."""
+        """Rebuild the tokenizer named by ``state["type"]``, validating every field (a tokenizer
+        file is data: a bad one raises ``ValueError`` naming the field, never loads wrong)."""
         kinds = {"CharacterTokenizer": CharacterTokenizer, "ByteBPETokenizer": ByteBPETokenizer}
-        kind = state.get("type") if isinstance(state, dict) else None
+        if not isinstance(state, dict):
+            raise ValueError(f"a tokenizer state must be a JSON object, got {type(state).__name__}")
+        kind = state.get("type")
         if kind not in kinds:
             raise ValueError(f"tokenizer type {kind!r} is unknown; allowed values: {', '.join(kinds)}")
+        if state.get("version") != 1:
+            raise ValueError(f"tokenizer version={state.get('version')!r} is not supported; allowed: 1")
         return kinds[kind]._from_state(state)
 
     @classmethod
@@ -60,14 +69,30 @@ class Tokenizer:
             state = json.loads(Path(path).read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise ValueError(f"tokenizer file {path} is not valid JSON: {err}") from err
-        tok = Tokenizer.from_dict(state)
+        except UnicodeDecodeError as err:
+            raise ValueError(f"tokenizer file {path} is not UTF-8 text ({err.reason} at byte "
+                             f"{err.start}); is it a tokenizer saved by fundamentallm?") from err
+        try:
+            tok = Tokenizer.from_dict(state)
+        except ValueError as err:
+            raise ValueError(f"tokenizer file {path}: {err}") from err
         if cls is not Tokenizer and not isinstance(tok, cls):
             raise ValueError(f"{path} holds a {type(tok).__name__}, not a {cls.__name__}")
         return tok
 
     @staticmethod
     def _ids(ids: Iterable[int]) -> list[int]:
-        return ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        """Token ids as Python ints; any integer type (NumPy's, a tensor's) is fine, a float or a
+        bool is not."""
+        if isinstance(ids, (str, bytes)):
+            raise TypeError(f"ids must be a sequence of integer token ids, got {type(ids).__name__}")
+        values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        if not isinstance(values, list):  # a 0-d tensor or array
+            values = [values]
+        for i in values:
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise TypeError(f"ids must be integer token ids, got {i!r} ({type(i).__name__})")
+        return values
 
 
 class CharacterTokenizer(Tokenizer):
@@ -79,7 +104,9 @@ class CharacterTokenizer(Tokenizer):
     SPECIALS = ("<pad>", "<unk>")
 
     def __init__(self, chars: Iterable[str] = ()) -> None:
-        chars = sorted(set(chars))
+        if isinstance(chars, (bytes, bytearray)) or not hasattr(chars, "__iter__"):
+            raise TypeError(f"chars must be an iterable of single characters, got {type(chars).__name__}")
+        chars = sorted(set(chars), key=str)
         bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
         if bad:
             raise ValueError(f"chars must be single characters, got {bad[:5]}")
@@ -119,7 +146,14 @@ class CharacterTokenizer(Tokenizer):
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> CharacterTokenizer:
-        return cls(state["chars"])
+        chars = state.get("chars")
+        if not isinstance(chars, str):
+            raise ValueError(f"chars={chars!r} must be a string of the vocabulary's characters")
+        # subtle: save writes them sorted and unique; anything else (a flipped or repeated byte)
+        # would load with every later id shifted, decoding to the wrong text without an error.
+        if list(chars) != sorted(set(chars)):
+            raise ValueError("chars must be sorted and unique, as save writes them; the file was changed")
+        return cls(chars)
 
 
 def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
@@ -147,13 +181,24 @@ class ByteBPETokenizer(Tokenizer):
 
     def __init__(self, merges: Iterable[tuple[int, int]] = (),
                  pattern: Optional[str] = GPT2_SPLIT_PATTERN) -> None:
+        if pattern is not None and not isinstance(pattern, str):
+            raise TypeError(f"pattern must be a str (a regular expression) or None, got {type(pattern).__name__}")
+        try:
+            self._split = re.compile(pattern) if pattern else None
+        except re.error as err:
+            raise ValueError(f"pattern={pattern!r} is not a valid regular expression ({err})") from err
         self.pattern = pattern
-        self._split = re.compile(pattern) if pattern else None
         self.merges: dict[tuple[int, int], int] = {}  # (int, int) -> int, in training order
         self.vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}  # int -> bytes
-        for a, b in merges:
+        for merge in merges:
+            if not isinstance(merge, (tuple, list)) or len(merge) != 2 or not all(
+                    isinstance(i, int) and not isinstance(i, bool) for i in merge):
+                raise ValueError(f"merges must be pairs of integer ids, got {merge!r}")
+            a, b = merge
             if a not in self.vocab or b not in self.vocab:
                 raise ValueError(f"merge ({a}, {b}) refers to an id not yet defined")
+            if (a, b) in self.merges:
+                raise ValueError(f"merge ({a}, {b}) appears twice")
             new_id = 256 + len(self.merges)
             self.merges[(a, b)] = new_id
             self.vocab[new_id] = self.vocab[a] + self.vocab[b]
@@ -261,6 +306,8 @@ class ByteBPETokenizer(Tokenizer):
 
     def token_bytes(self, i: int) -> bytes:
         """The bytes token ``i`` stands for (for displaying a vocabulary)."""
+        if i not in self.vocab:
+            raise ValueError(f"token id {i!r} is outside the vocabulary [0, {self.vocab_size})")
         return self.vocab[i]
 
     def to_dict(self) -> dict[str, Any]:
@@ -269,4 +316,11 @@ class ByteBPETokenizer(Tokenizer):
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> ByteBPETokenizer:
-        return cls([tuple(p) for p in state["merges"]], pattern=state.get("pattern"))
+        merges, pattern = state.get("merges"), state.get("pattern")
+        if not isinstance(merges, list):
+            raise ValueError(f"merges={merges!r} must be a list of [id, id] pairs")
+        if pattern not in KNOWN_PATTERNS.values():
+            raise ValueError(f"pattern={pattern!r} is not a known split pattern (allowed: GPT-2's, "
+                             f"GPT2_SPLIT_PATTERN, or null); a regular expression from a file could "
+                             f"hang encode. Pass your own pattern in code: ByteBPETokenizer(merges, pattern=...)")
+        return cls([tuple(p) if isinstance(p, list) else p for p in merges], pattern=pattern)

@@ -179,3 +179,35 @@ def test_data_source_formats_agree():
     assert torch.equal(y, 2 * x)
     with pytest.raises(ValueError, match="needs a block_size"):
         DataSource(ids, block_size=None)
+
+
+# --- Bad inputs (issue 15; tests/README.md lists every probe) --------------------------------------
+
+def test_bad_corpus_files_name_the_file(tmp_path):
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    with pytest.raises(ValueError, match="latin1.txt' is not UTF-8 text"):
+        load_corpus(tmp_path / "latin1.txt")
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02abc")
+    with pytest.raises(ValueError, match="blob.bin' contains NUL bytes"):
+        load_corpus(str(tmp_path / "blob.bin"))
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="empty.txt' is empty"):
+        load_corpus(tmp_path / "empty.txt")
+    with pytest.raises(ValueError, match="is a directory"):
+        load_corpus(tmp_path)
+    with pytest.raises(TypeError, match="name_or_path"):
+        load_corpus(3)
+
+
+@pytest.mark.parametrize("fraction,side", [(0.999, "training"), (1e-20, "validation")])
+def test_split_that_leaves_an_empty_side_is_refused(fraction, side):
+    with pytest.raises(ValueError, match=f"val_fraction={fraction}.*empty {side} split"):
+        train_val_split(list(range(100)), fraction)
+
+
+@pytest.mark.parametrize("kwargs,name", [(dict(batch_size=0, block_size=4), "batch_size=0"),
+                                         (dict(batch_size=2, block_size=-1), "block_size=-1"),
+                                         (dict(batch_size=2.0, block_size=4), "batch_size=2.0")])
+def test_get_batch_rejects_bad_sizes(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        get_batch(torch.arange(50), **kwargs)

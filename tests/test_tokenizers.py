@@ -1,8 +1,10 @@
 """Tokenizers: round trips, known answers, the incremental BPE trainer vs a brute-force one."""
 
+import json
 import re
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from fundamentallm.tokenizers import (
@@ -121,3 +123,64 @@ def test_load_errors(tmp_path):
     CharacterTokenizer.from_text("ab").save(tmp_path / "char.json")
     with pytest.raises(ValueError, match="not a ByteBPETokenizer"):
         ByteBPETokenizer.load(tmp_path / "char.json")
+
+
+# --- Bad tokenizer files and arguments (issue 15; tests/README.md lists every probe) -------------
+
+def _write(tmp_path, state) -> str:
+    path = tmp_path / "tok.json"
+    path.write_text(state if isinstance(state, str) else json.dumps(state), encoding="utf-8")
+    return str(path)
+
+
+def test_a_file_pattern_must_be_a_known_one(tmp_path):
+    state = ByteBPETokenizer.from_text(CORPUS, 260).to_dict()
+    path = _write(tmp_path, {**state, "pattern": "(.|.)*Z"})  # catastrophic backtracking
+    with pytest.raises(ValueError, match=r"tok.json: pattern='\(\.\|\.\)\*Z' is not a known split pattern"):
+        Tokenizer.load(path)
+    assert Tokenizer.load(_write(tmp_path, {**state, "pattern": None})).pattern is None
+    assert ByteBPETokenizer(pattern="(.|.)*Z").pattern == "(.|.)*Z"  # in code, the user's choice
+
+
+@pytest.mark.parametrize("state,message", [
+    ({"type": "CharacterTokenizer", "version": 1, "chars": "bac"}, "chars must be sorted and unique"),
+    ({"type": "CharacterTokenizer", "version": 1, "chars": "abb"}, "chars must be sorted and unique"),
+    ({"type": "CharacterTokenizer", "version": 1}, "chars=None must be a string"),
+    ({"type": "CharacterTokenizer", "version": 2, "chars": "ab"}, "version=2 is not supported"),
+    ({"type": "ByteBPETokenizer", "version": 1}, "merges=None must be a list"),
+    ({"type": "ByteBPETokenizer", "version": 1, "merges": [[1, 2, 3]]}, "merges must be pairs"),
+    ({"type": "ByteBPETokenizer", "version": 1, "merges": [[1, 2], [1, 2]]}, r"merge \(1, 2\) appears twice"),
+    ({"type": "ByteBPETokenizer", "version": 1, "merges": [[1, 999]]}, "refers to an id not yet defined"),
+    ({"type": "ByteBPETokenizer", "version": 1, "merges": [["a", "b"]]}, "merges must be pairs of integer"),
+    ([1, 2], "must be a JSON object"),
+])
+def test_bad_tokenizer_files_name_the_field(tmp_path, state, message):
+    with pytest.raises(ValueError, match=message):
+        Tokenizer.load(_write(tmp_path, state))
+
+
+def test_binary_and_latin1_tokenizer_files_name_the_file(tmp_path):
+    (tmp_path / "latin1.json").write_bytes('{"chars": "é"}'.encode("latin-1"))
+    with pytest.raises(ValueError, match="latin1.json is not UTF-8 text"):
+        Tokenizer.load(tmp_path / "latin1.json")
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        Tokenizer.load(tmp_path / "missing.json")
+
+
+def test_bad_arguments_in_code():
+    with pytest.raises(ValueError, match="pattern='\\(' is not a valid regular expression"):
+        ByteBPETokenizer(pattern="(")
+    with pytest.raises(TypeError, match="pattern must be a str"):
+        ByteBPETokenizer(pattern=3)
+    with pytest.raises(TypeError, match="chars must be an iterable"):
+        CharacterTokenizer(5)
+    tok = CharacterTokenizer.from_text("abc")
+    with pytest.raises(TypeError, match="ids must be integer token ids, got 2.0"):
+        tok.decode([2.0])
+    with pytest.raises(TypeError, match="ids must be integer token ids, got True"):
+        tok.decode([True])
+    with pytest.raises(TypeError, match="ids must be a sequence"):
+        tok.decode("abc")
+    assert tok.decode(np.array([2, 3])) == "ab"  # NumPy integers are integers
+    with pytest.raises(ValueError, match="token id 999"):
+        ByteBPETokenizer().token_bytes(999)
