@@ -32,6 +32,11 @@ from .data import DataSource
 from .utils import get_device
 
 SCHEDULES = ("cosine", "inverse_sqrt", "constant")
+
+
+class TrainingDiverged(RuntimeError):
+    """A non-finite loss or gradient norm: training stopped before the optimizer step, so the
+    weights are those of the last good step."""
 PRECISIONS = ("auto", "bf16", "fp16", "off")
 
 
@@ -73,8 +78,10 @@ class TrainConfig:
             if optional and value is None:
                 return
             ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-            if not ok_type or isinstance(value, bool) or not (value >= 0 if zero_ok else value > 0):
-                kind = "an integer" if integer else "a number"
+            # subtle: inf passes "> 0"; an infinite rate or decay trains on NaN from the first step
+            if not ok_type or isinstance(value, bool) or not math.isfinite(value) or not (
+                    value >= 0 if zero_ok else value > 0):
+                kind = "an integer" if integer else "a finite number"
                 raise ValueError(f"{name}={value!r} must be {kind} {'>= 0' if zero_ok else '> 0'}")
 
         positive("lr", self.lr)
@@ -88,6 +95,10 @@ class TrainConfig:
         positive("warmup_steps", self.warmup_steps, integer=True, zero_ok=True)
         for name in ("max_steps", "grad_accum_steps", "batch_size", "log_interval"):
             positive(name, getattr(self, name), integer=True)
+        if self.warmup_steps > self.max_steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps} must not exceed max_steps={self.max_steps} "
+                             f"(the learning rate would never reach lr); for a short run pass e.g. "
+                             f"warmup_steps={self.max_steps // 10}")
         for name in ("block_size", "eval_batches", "eval_batch_size"):
             positive(name, getattr(self, name), integer=True, optional=True)
         positive("eval_interval", self.eval_interval, integer=True, zero_ok=True)
@@ -213,7 +224,7 @@ class Trainer:
 
     def _loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...], smoothing: float) -> torch.Tensor:
         x, y = batch[0], batch[1]
-        kwargs = {"attention_mask": batch[2]} if len(batch) > 2 else {}
+        kwargs = self._mask_kwargs(batch)
         with self._autocast():
             if smoothing == 0.0:
                 return model(x, y, **kwargs)[1]
@@ -224,40 +235,78 @@ class Trainer:
                                ignore_index=-100, label_smoothing=smoothing)
 
     def train_step(self) -> dict[str, float]:
-        """One optimizer step over ``grad_accum_steps`` micro-batches; returns loss, lr, grad norm."""
+        """One optimizer step over ``grad_accum_steps`` micro-batches; returns loss, lr, grad norm.
+
+        The loss is the mean over every real target of the step (targets of -100 excluded): each
+        micro-batch's mean is weighted by its number of real targets, on every rank, so batch 8
+        equals batch 4 x accumulation 2 and 2 ranks x 4 even when the batches hold padding.
+        A non-finite loss or gradient norm raises :class:`TrainingDiverged` before the weights
+        change."""
         c = self.config
         self.model.train()
         t0 = time.perf_counter()
         lr = lr_at(self.step, c)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        # Every micro-batch is drawn first (the same draws, in the same order, as one at a time),
+        # so the step's total number of real targets is known before the first backward pass.
+        # subtle: every rank draws the same global batches, so each knows the global count.
+        batches = [self.train_source.sample(c.batch_size, self.generator) for _ in range(c.grad_accum_steps)]
+        counts = [int((b[1] != -100).sum()) for b in batches]
+        total_count = sum(counts)
+        if total_count == 0:
+            raise ValueError(f"step {self.step + 1}: every target of the batch is -100 (ignored), so "
+                             f"there is no loss to train on; check the data's targets")
         total = torch.zeros((), device=self.device)
         per_rank = c.batch_size // self.world_size
-        for micro in range(c.grad_accum_steps):
-            batch = self.train_source.sample(c.batch_size, self.generator)  # the same on every rank
+        for micro, batch in enumerate(batches):
             self.tokens_seen += batch[0].numel()
             batch = tuple(t[self.rank * per_rank:(self.rank + 1) * per_rank].to(self.device) for t in batch)
+            local = int((batch[1] != -100).sum())
             last = micro == c.grad_accum_steps - 1
             sync = contextlib.nullcontext() if last or self.world_size == 1 else self.forward_model.no_sync()
             with sync:
-                loss = self._loss(self.forward_model, batch, c.label_smoothing) / c.grad_accum_steps
+                if local == 0:  # all ignored here: a zero loss that still runs backward (for DDP)
+                    loss = self.forward_model(batch[0], **self._mask_kwargs(batch))[0].sum() * 0.0
+                else:  # DDP averages the ranks' gradients, hence the world_size
+                    mean = self._loss(self.forward_model, batch, c.label_smoothing)
+                    loss = mean * (local * self.world_size / total_count)
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
-            total += loss.detach()
+            total += loss.detach() / self.world_size
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip or float("inf"))
+        if self.world_size > 1:  # log the global mean loss, as one process would
+            torch.distributed.all_reduce(total)
+        self._check_finite(total, grad_norm, lr)
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if self.world_size > 1:  # log the global mean loss, as one process would
-            torch.distributed.all_reduce(total)
-            total /= self.world_size
         self.step += 1
         self.elapsed += time.perf_counter() - t0
         return {"loss": total.item(), "lr": lr, "grad_norm": grad_norm.item()}
+
+    @staticmethod
+    def _mask_kwargs(batch: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+        return {"attention_mask": batch[2]} if len(batch) > 2 else {}
+
+    def _check_finite(self, loss: torch.Tensor, grad_norm: torch.Tensor, lr: float) -> None:
+        """Raise :class:`TrainingDiverged` (weights untouched) on a NaN/inf loss or gradient norm.
+        With fp16 loss scaling an inf gradient is routine (the scaler skips that step)."""
+        bad = [(name, float(v)) for name, v in (("loss", loss), ("gradient norm", grad_norm))
+               if not math.isfinite(float(v)) and not (self.scaler and name == "gradient norm")]
+        if not bad:
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        name, value = bad[0]
+        raise TrainingDiverged(
+            f"training diverged at step {self.step + 1}: the {name} is {value} (lr={lr:.3g}). The "
+            f"weights were not updated; they are those after step {self.step}. Try a smaller lr "
+            f"(e.g. lr={lr / 10:.3g}), a longer warmup, gradient clipping (grad_clip=1.0) or "
+            f"mixed_precision='off'")
 
     @torch.no_grad()
     def evaluate(self, data=None, max_batches: Optional[int] = None) -> dict[str, float]:
@@ -275,11 +324,15 @@ class Trainer:
             if i % self.world_size != self.rank:
                 continue
             batch = tuple(t.to(self.device) for t in batch)
-            loss = self._loss(self.model, batch, 0.0)
             count = (batch[1] != -100).sum()
+            if int(count) == 0:
+                continue  # nothing to score in this batch
+            loss = self._loss(self.model, batch, 0.0)
             sums += torch.stack([loss.double() * count, count.double()])
         if self.world_size > 1:
             torch.distributed.all_reduce(sums)
+        if sums[1].item() == 0:
+            raise ValueError("the validation data has no target other than -100: nothing to evaluate")
         val_loss = (sums[0] / sums[1]).item()
         return {"val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0))}
 
@@ -291,14 +344,30 @@ class Trainer:
             h[key].append(value)
 
     def fit(self, steps: Optional[int] = None,
-            callback: Optional[Callable[[Trainer, dict[str, float]], None]] = None) -> dict[str, list]:
+            callback: Optional[Callable[[Trainer, dict[str, float]], None]] = None,
+            on_step: Optional[Callable[[Trainer, dict[str, float]], None]] = None) -> dict[str, list]:
         """Train ``steps`` more optimizer steps (default: up to ``max_steps``), evaluating every
         ``eval_interval`` steps and at ``max_steps``; ``callback(trainer, metrics)`` runs after
-        each evaluation. Returns ``history``."""
+        each evaluation and ``on_step(trainer, metrics)`` after every step (and its evaluation):
+        the place to save checkpoints or stop cleanly, as the state is then complete. Returns
+        ``history``."""
         c = self.config
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
+            raise ValueError(f"steps={steps!r} must be None (train up to max_steps) or an integer >= 0")
+        for name, fn in (("callback", callback), ("on_step", on_step)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
         end = c.max_steps if steps is None else min(c.max_steps, self.step + steps)
         bar = tqdm(total=c.max_steps, initial=self.step, disable=not c.progress or self.rank != 0,
                    dynamic_ncols=True, desc="train")
+        try:
+            self._fit_loop(bar, end, callback, on_step)
+        finally:
+            bar.close()
+        return self.history
+
+    def _fit_loop(self, bar, end: int, callback, on_step) -> None:
+        c = self.config
         while self.step < end:
             metrics = self.train_step()
             if self.step % c.log_interval == 0 or self.step == end:
@@ -314,8 +383,8 @@ class Trainer:
                 bar.set_postfix(loss=f"{metrics['loss']:.4f}", val_loss=f"{result['val_loss']:.4f}")
                 if callback is not None:
                     callback(self, {"step": self.step, "train_loss": metrics["loss"], **result})
-        bar.close()
-        return self.history
+            if on_step is not None:
+                on_step(self, {"step": self.step, **metrics})
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly: step, optimizer, RNG states, history."""

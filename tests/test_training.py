@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from fundamentallm import Transformer, TransformerClassifier, TransformerConfig
 from fundamentallm.data import TextDataset, digit_operations
-from fundamentallm.training import TrainConfig, Trainer, lr_at, make_optimizer
+from fundamentallm.training import TrainConfig, Trainer, TrainingDiverged, lr_at, make_optimizer
 
 VOCAB = 16
 
@@ -103,7 +103,7 @@ def test_gradient_accumulation_equals_a_bigger_batch():
 
 
 def test_grad_clip_and_label_smoothing():
-    t = Trainer(tiny_model(), stream(), None, config(grad_clip=1e-3, label_smoothing=0.1, max_steps=1))
+    t = Trainer(tiny_model(), stream(), None, config(grad_clip=1e-3, label_smoothing=0.1, max_steps=1, warmup_steps=1))
     x, y = t.train_source.sample(4, torch.Generator().manual_seed(0))
     logits, _ = tiny_model()(x, y)
     expected = F.cross_entropy(logits.flatten(0, 1), y.flatten(), label_smoothing=0.1)
@@ -137,7 +137,7 @@ def test_classifier_with_padding_masks_trains():
     assert len(history["train_loss"]) == 10 and len(history["val_loss"]) == 1
     assert math.isfinite(history["val_loss"][0])
     tensors = (task.train.input_ids, task.train.labels, task.train.attention_mask)
-    assert Trainer(model, tensors, None, config(max_steps=1, batch_size=8)).train_step()["loss"] > 0
+    assert Trainer(model, tensors, None, config(max_steps=1, warmup_steps=1, batch_size=8)).train_step()["loss"] > 0
 
 
 def test_fit_in_two_parts_equals_one_fit():
@@ -157,3 +157,109 @@ def test_bad_data_is_reported():
         Trainer(tiny_model(), stream(), None, config()).evaluate()
     with pytest.raises(TypeError, match="TrainConfig"):
         Trainer(tiny_model(), stream(), None, {"lr": 1e-3})
+
+
+# --- Issue 15: token-weighted losses, divergence, bad hyperparameters ---------------------------
+
+def padded_dataset(n=64, T=16, seed=0):
+    """Sequences whose targets end in a different number of -100s (0 to T - 1 real targets)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(VOCAB, (n, T), generator=g)
+    y = torch.randint(VOCAB, (n, T), generator=g)
+    keep = torch.randint(1, T + 1, (n, 1), generator=g)
+    y[torch.arange(T)[None, :] >= keep] = -100
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def test_accumulation_weights_micro_batches_by_their_real_targets():
+    data, results = padded_dataset(), []
+    for batch, accum in ((8, 1), (4, 2)):
+        t = Trainer(tiny_model(), data, None, config(batch_size=batch, grad_accum_steps=accum))
+        t.fit(steps=3)
+        results.append((t.history["train_loss"], [p.detach().clone() for p in t.model.parameters()]))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_train_step_loss_is_the_mean_over_real_targets():
+    t = Trainer(tiny_model(), padded_dataset(), None, config(batch_size=4, grad_accum_steps=2, max_steps=1, warmup_steps=1))
+    g = t.generator.get_state()
+    x1, y1 = t.train_source.sample(4, t.generator)
+    x2, y2 = t.train_source.sample(4, t.generator)
+    t.generator.set_state(g)
+    logits = tiny_model()(torch.cat([x1, x2]))[0]
+    expected = F.cross_entropy(logits.flatten(0, 1), torch.cat([y1, y2]).flatten(), ignore_index=-100)
+    assert t.train_step()["loss"] == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_a_batch_with_no_real_target_is_reported():
+    x = torch.randint(VOCAB, (8, 16))
+    data = torch.utils.data.TensorDataset(x, torch.full_like(x, -100))
+    with pytest.raises(ValueError, match="step 1: every target of the batch is -100"):
+        Trainer(tiny_model(), data, None, config()).train_step()
+    with pytest.raises(ValueError, match="no target other than -100"):
+        Trainer(tiny_model(), data, data, config()).evaluate()
+
+
+class Poisoned(torch.nn.Module):
+    """Wraps a model; from a chosen step on, its loss (or only its gradient) becomes non-finite."""
+
+    def __init__(self, model, what):
+        super().__init__()
+        self.model, self.what, self.armed = model, what, False
+
+    def forward(self, x, y=None, **kwargs):
+        logits, loss = self.model(x, y, **kwargs)
+        if self.armed and self.what == "loss":
+            loss = loss * float("nan")
+        elif self.armed:
+            loss = InfGradient.apply(loss)
+        return logits, loss
+
+
+class InfGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * float("inf")
+
+
+@pytest.mark.parametrize("what,quantity", [("loss", "the loss is nan"), ("grad", "the gradient norm is")])
+def test_divergence_stops_training_and_keeps_the_last_good_weights(what, quantity):
+    model = Poisoned(tiny_model(), what)
+    t = Trainer(model, stream(), None, config(block_size=16))
+    snapshot = {}
+
+    def arm_after_two(trainer, metrics):
+        if trainer.step == 2:
+            model.armed = True
+            snapshot.update({k: v.clone() for k, v in model.state_dict().items()})
+
+    with pytest.raises(TrainingDiverged, match=f"diverged at step 3: {quantity}.*lr=.*smaller lr"):
+        t.fit(on_step=arm_after_two)
+    assert t.step == 2 and len(t.history["train_loss"]) == 2
+    assert all(torch.equal(v, snapshot[k]) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("field,value", [("lr", math.inf), ("lr", math.nan), ("weight_decay", math.inf),
+                                         ("eps", math.nan), ("grad_clip", math.inf), ("min_lr", math.inf)])
+def test_non_finite_hyperparameters_are_rejected(field, value):
+    with pytest.raises(ValueError, match=f"{field}={value!r} must be a finite number"):
+        config(**{field: value})
+
+
+def test_warmup_longer_than_training_and_negative_steps_are_rejected():
+    with pytest.raises(ValueError, match="warmup_steps=10 must not exceed max_steps=5"):
+        config(warmup_steps=10, max_steps=5)
+    t = Trainer(tiny_model(), stream(), None, config())
+    for steps in (-5, 2.5, True):
+        with pytest.raises(ValueError, match=f"steps={steps!r} must be None"):
+            t.fit(steps=steps)
+    with pytest.raises(TypeError, match="on_step must be callable"):
+        t.fit(on_step=3)
+    assert t.step == 0
