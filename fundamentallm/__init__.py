@@ -1,40 +1,55 @@
 """FundamentaLLM: the reference components of an executable course on transformer language models.
 
 Each module holds one idea; the book builds each piece from scratch and proves it equal to these.
+
+The names below are imported on first use (PEP 562), so ``import fundamentallm`` -- and with it
+``python -m fundamentallm --help`` -- does not pay for importing PyTorch until a name needs it.
+``from fundamentallm import Transformer`` works exactly as an eager import would.
 """
 
-from .attention import (
-    KVCache,
-    MultiHeadAttention,
-    causal_mask,
-    padding_mask,
-    scaled_dot_product_attention,
-)
-from .checkpoint import load_checkpoint, save_checkpoint
-from .config import TransformerConfig
-from .data import TextDataset, digit_operations, load_corpus, train_val_split
-from .feedforward import FeedForward
-from .model import Transformer, TransformerBlock, TransformerClassifier
-from .norms import LayerNorm, RMSNorm
-from .positions import (
-    LearnedPositionalEncoding,
-    RotaryEmbedding,
-    SinusoidalPositionalEncoding,
-    create_positional_encoding,
-)
-from .registry import ModelRegistry
-from .tokenizers import ByteBPETokenizer, CharacterTokenizer
-from .training import TrainConfig, Trainer
-from .utils import get_device, set_seed
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ByteBPETokenizer", "CharacterTokenizer", "TextDataset", "TrainConfig", "Trainer",
-    "digit_operations", "load_checkpoint", "load_corpus", "save_checkpoint", "train_val_split",
-    "FeedForward", "KVCache", "LayerNorm", "LearnedPositionalEncoding", "ModelRegistry",
-    "MultiHeadAttention", "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding",
-    "Transformer", "TransformerBlock", "TransformerClassifier", "TransformerConfig",
-    "causal_mask", "create_positional_encoding", "get_device", "padding_mask",
-    "scaled_dot_product_attention", "set_seed",
-]
+# public name -> the module that defines it
+_EXPORTS = {
+    "KVCache": "attention", "MultiHeadAttention": "attention", "causal_mask": "attention",
+    "padding_mask": "attention", "scaled_dot_product_attention": "attention",
+    "load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
+    "TransformerConfig": "config",
+    "TextDataset": "data", "digit_operations": "data", "load_corpus": "data", "train_val_split": "data",
+    "FeedForward": "feedforward",
+    "Transformer": "model", "TransformerBlock": "model", "TransformerClassifier": "model",
+    "LayerNorm": "norms", "RMSNorm": "norms",
+    "LearnedPositionalEncoding": "positions", "RotaryEmbedding": "positions",
+    "SinusoidalPositionalEncoding": "positions", "create_positional_encoding": "positions",
+    "ModelRegistry": "registry",
+    "ByteBPETokenizer": "tokenizers", "CharacterTokenizer": "tokenizers",
+    "TrainConfig": "training", "Trainer": "training",
+    "get_device": "utils", "set_seed": "utils",
+}
+
+__all__ = sorted(_EXPORTS)
+_SUBMODULES = ("attention", "checkpoint", "checks", "config", "course", "data", "distributed",
+               "feedforward", "generation", "gradcheck", "interop", "model", "norms", "positions",
+               "registry", "tokenizers", "training", "utils", "viz")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        if name in _SUBMODULES:  # ``fundamentallm.viz`` without an explicit import, as before
+            return importlib.import_module(f".{name}", __name__)
+        raise AttributeError(f"module 'fundamentallm' has no attribute {name!r}")
+    module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+    if name == "ModelRegistry":
+        importlib.import_module(".model", __name__)  # registers the built-in models
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -152,8 +152,13 @@ def check_output_dir(path: PathLike) -> Path:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"path={str(path)!r}: cannot create its parent directory ({err.strerror})") from err
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"path={str(path)!r}: the directory {str(parent)!r} is not writable")
+    probe = parent / f".{path.name}.probe-{os.getpid()}"
+    try:  # an actual write: os.access says nothing about read-only mounts (or root)
+        probe.mkdir(exist_ok=True)
+        probe.rmdir()
+    except OSError as err:
+        raise ValueError(f"path={str(path)!r}: the directory {str(parent)!r} is not writable "
+                         f"({err.strerror})") from err
     return path
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Optional, Union
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -59,6 +60,49 @@ def _check_logits(logits: torch.Tensor) -> None:
                         f"{type(logits).__name__ if not isinstance(logits, torch.Tensor) else logits.dtype}")
     if logits.dim() < 1 or logits.shape[-1] == 0:
         raise ValueError(f"logits must have shape (..., vocab_size) with vocab_size >= 1, got {tuple(logits.shape)}")
+
+
+def _check_finite_logits(logits: torch.Tensor) -> None:
+    """NaN or +inf logits (a model whose weights diverged) would give an arbitrary argmax or a
+    multinomial error; -inf is fine (a masked token) unless a whole row is -inf."""
+    bad = torch.isnan(logits) | torch.isposinf(logits)
+    if bool(bad.any() | torch.isneginf(logits).all(dim=-1).any()):
+        raise ValueError("the model's next-token logits are not finite (NaN, +inf, or -inf for every "
+                         "token), so no token can be chosen; were its weights trained with a diverging "
+                         "loss? Check the checkpoint with load_checkpoint, or retrain with a smaller lr")
+
+
+def _validate_inputs(model: nn.Module, input_ids, max_new_tokens, temperature, top_k, top_p, stop):
+    """Checks of :func:`generate`/:func:`stream` beyond ``_prepare``'s: NumPy/torch scalars are
+    accepted as the Python numbers they stand for, a stop id must be in the vocabulary (else it
+    could never fire), and the output must fit in memory. Returns the normalised arguments."""
+    def scalar(name, value, kind):
+        if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 1) == 0:
+            return kind(value.item())
+        return value
+
+    max_new_tokens = scalar("max_new_tokens", max_new_tokens, int)
+    top_k = scalar("top_k", top_k, int)
+    temperature = scalar("temperature", temperature, float)
+    top_p = scalar("top_p", top_p, float)
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if stop is not None and vocab is not None:
+        items = [stop] if isinstance(stop, int) else stop
+        try:
+            outside = [t for t in items if isinstance(t, int) and not isinstance(t, bool) and t >= vocab]
+        except TypeError:
+            outside = []  # _stop_set reports a non-iterable
+        if outside:
+            raise ValueError(f"stop={stop!r} holds token id {outside[0]}, outside the vocabulary "
+                             f"[0, {vocab}); it could never be generated")
+    if (isinstance(input_ids, torch.Tensor) and isinstance(max_new_tokens, int)
+            and not isinstance(max_new_tokens, bool) and input_ids.dim() in (1, 2)):
+        B = input_ids.shape[0] if input_ids.dim() == 2 else 1
+        total = B * (input_ids.shape[-1] + max(max_new_tokens, 0))
+        if total > 2**31:
+            raise ValueError(f"max_new_tokens={max_new_tokens} would make an output of {total:,} token "
+                             f"ids ({total * 8 / 2**30:.0f} GiB); generate at most a few million tokens at a time")
+    return max_new_tokens, temperature, top_k, top_p
 
 
 # ----------------------------------------------------------------------------- the filters
@@ -123,9 +167,15 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     _check_top_p(top_p)
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape (B, vocab_size), got {tuple(logits.shape)}")
+    _check_finite_logits(logits)
     if greedy:
         return logits.argmax(dim=-1)
-    logits = apply_temperature(logits, temperature)
+    scaled = apply_temperature(logits, temperature)
+    if temperature < 1.0 and bool(torch.isposinf(scaled).any()):
+        # subtle: a tiny temperature overflows logits / τ to inf (inf - inf = NaN in the softmax);
+        # shifting each row's maximum to 0 first leaves the distribution unchanged and finite.
+        scaled = apply_temperature(logits - logits.amax(dim=-1, keepdim=True), temperature)
+    logits = scaled
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
@@ -251,6 +301,8 @@ def stream(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tempe
     when ``stream`` is called, before the first token. The model is in eval mode while tokens
     are produced and is put back in its previous mode when the stream ends or is closed.
     """
+    max_new_tokens, temperature, top_k, top_p = _validate_inputs(
+        model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
     ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
                             use_cache, truncate)
     stop_ids = _stop_set(stop)
@@ -337,6 +389,8 @@ def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
     The model runs in eval mode (no dropout) and in ``torch.inference_mode``; its previous mode
     is restored afterwards.
     """
+    max_new_tokens, temperature, top_k, top_p = _validate_inputs(
+        model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
     ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
                             use_cache, truncate)
     stop_ids = _stop_set(stop)

@@ -71,6 +71,53 @@ def _attention_mask(attention_mask: Optional[torch.Tensor], input_ids: torch.Ten
     return padding_mask(attention_mask)
 
 
+# --- input validation (issue 15): clear errors instead of torch's, or of a silently wrong loss ---
+
+_POSITION_TABLE_LIMIT = 8 * 2**30  # bytes; Llama 3's 128k context x 4096 in fp32 is 2 GiB
+
+
+def _check_table_sizes(config: TransformerConfig) -> None:
+    """Refuse a config whose position tables alone would not fit in memory (``max_seq_len=10**9``
+    would otherwise start a 256 GB allocation)."""
+    table = config.max_seq_len * config.d_model * 4  # bytes of one fp32 (max_seq_len, d_model) table
+    if table > _POSITION_TABLE_LIMIT:
+        raise ValueError(f"max_seq_len={config.max_seq_len} with d_model={config.d_model} needs "
+                         f"{table / 2**30:.0f} GiB for one position table (at most "
+                         f"{_POSITION_TABLE_LIMIT // 2**30} GiB allowed); choose a smaller max_seq_len")
+
+
+def _validate_inputs(input_ids, targets, attention_mask, num_classes: int) -> None:
+    """Checks ``forward`` runs first: an empty batch, targets that are not integer class ids in
+    ``[0, num_classes)`` or -100, targets that are all -100 (a 0/0 loss), a mask that is not 0/1.
+    One device sync covers the value checks; the details are computed only on failure."""
+    if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and input_ids.shape[0] == 0:
+        raise ValueError(f"input_ids holds a batch of 0 sequences (shape {tuple(input_ids.shape)}); "
+                         f"pass at least one")
+    checks = []
+    if targets is not None:
+        if not isinstance(targets, torch.Tensor):
+            raise TypeError(f"targets must be a torch.Tensor of integer ids (-100 = ignore), got "
+                            f"{type(targets).__name__}")
+        if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+            raise TypeError(f"targets must be an integer tensor of ids (-100 = ignore), got dtype "
+                            f"{targets.dtype}; a float tensor would be truncated to other ids")
+        real = targets != -100
+        out_of_range = real & ((targets < 0) | (targets >= num_classes))
+        checks += [real.any(), ~out_of_range.any()]
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dtype != torch.bool:
+        checks.append(((attention_mask == 0) | (attention_mask == 1)).all())  # False for NaN too
+    if checks and not bool(torch.stack(checks).all()):
+        if targets is not None and not bool(checks[0]):
+            raise ValueError("targets are all -100 (ignored): the mean loss would be 0/0 = NaN; "
+                             "pass at least one real target")
+        if targets is not None and not bool(checks[1]):
+            bad = targets[out_of_range][0].item()
+            raise ValueError(f"targets contain {bad}, outside [0, {num_classes}) (-100 marks an "
+                             f"ignored position)")
+        raise ValueError("attention_mask must hold only 1 (token) and 0 (padding); it contains other "
+                         "values (or NaN/inf)")
+
+
 class _Backbone(nn.Module):
     """Embeddings, positions and blocks shared by the decoder and the encoder."""
 
@@ -79,6 +126,7 @@ class _Backbone(nn.Module):
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         c = self.config = config
+        _check_table_sizes(c)
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.pos_encoding = None
         self.rope = None
@@ -115,7 +163,7 @@ class _Backbone(nn.Module):
     def _check_ids(self, input_ids: torch.Tensor, start_pos: int) -> None:
         if not isinstance(input_ids, torch.Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}")
-        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
             raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must have shape (B, T), got {tuple(input_ids.shape)}")
@@ -171,6 +219,7 @@ class Transformer(_Backbone):
     def forward(self, input_ids: torch.Tensor, targets: Optional[torch.Tensor] = None,
                 kv_cache: Optional[list[KVCache]] = None, attention_mask: Optional[torch.Tensor] = None,
                 return_attention: bool = False):
+        _validate_inputs(input_ids, targets, attention_mask, self.config.vocab_size)
         start = kv_cache[0].length if kv_cache else 0
         if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2:
             mask = _attention_mask(attention_mask, input_ids, start + input_ids.shape[1])
@@ -232,6 +281,7 @@ class TransformerClassifier(_Backbone):
 
     def forward(self, input_ids: torch.Tensor, targets: Optional[torch.Tensor] = None,
                 attention_mask: Optional[torch.Tensor] = None, return_attention: bool = False):
+        _validate_inputs(input_ids, targets, attention_mask, self.num_classes)
         if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2:
             mask = _attention_mask(attention_mask, input_ids, input_ids.shape[1])
         else:

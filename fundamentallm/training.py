@@ -305,8 +305,10 @@ class Trainer:
         raise TrainingDiverged(
             f"training diverged at step {self.step + 1}: the {name} is {value} (lr={lr:.3g}). The "
             f"weights were not updated; they are those after step {self.step}. Try a smaller lr "
-            f"(e.g. lr={lr / 10:.3g}), a longer warmup, gradient clipping (grad_clip=1.0) or "
-            f"mixed_precision='off'")
+            f"(e.g. lr={lr / 10:.3g}), a longer warmup"
+            f"{'' if self.config.grad_clip else ', gradient clipping (grad_clip=1.0)'}"
+            f"{', mixed_precision=' + repr('off') if self.amp_dtype is not None else ''}, or look for "
+            f"bad values in the data")
 
     @torch.no_grad()
     def evaluate(self, data=None, max_batches: Optional[int] = None) -> dict[str, float]:
