@@ -171,10 +171,12 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     if greedy:
         return logits.argmax(dim=-1)
     scaled = apply_temperature(logits, temperature)
-    if temperature < 1.0 and bool(torch.isposinf(scaled).any()):
-        # subtle: a tiny temperature overflows logits / τ to inf (inf - inf = NaN in the softmax);
-        # shifting each row's maximum to 0 first leaves the distribution unchanged and finite.
-        scaled = apply_temperature(logits - logits.amax(dim=-1, keepdim=True), temperature)
+    if temperature < 1.0 and bool((torch.isposinf(scaled) | torch.isnan(scaled)).any()):
+        # subtle: a tiny temperature overflows logits / τ to inf (inf - inf = NaN in the softmax),
+        # or underflows to 0 in float32 (0 / 0). Shifting each row's maximum to 0 and dividing
+        # in float64 leaves the distribution unchanged and finite: it tends to the argmax.
+        shifted = (logits - logits.amax(dim=-1, keepdim=True)).double()
+        scaled = apply_temperature(shifted, temperature)
     logits = scaled
     if top_k is not None:
         logits = top_k_filter(logits, top_k)

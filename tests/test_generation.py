@@ -491,3 +491,43 @@ def test_filters_agree_with_softmax_renormalisation():
         keep = torch.isfinite(filtered)
         probs = F.softmax(logits, -1) * keep
         torch.testing.assert_close(F.softmax(filtered, -1), probs / probs.sum(-1, keepdim=True))
+
+
+# --- bad inputs (issue 15) -------------------------------------------------------------------------
+
+def test_non_finite_logits_raise_instead_of_printing_nothing():
+    model = make_model()
+    with torch.no_grad():
+        model.lm_head.weight.fill_(float("nan"))
+    prompt = torch.tensor([[1, 2, 3]])
+    for kwargs in (dict(greedy=True), dict(temperature=0.8)):
+        with pytest.raises(ValueError, match="logits are not finite"):
+            generate(model, prompt, 5, **kwargs)
+    with pytest.raises(ValueError, match="logits are not finite"):
+        sample_next(torch.full((1, 4), NEG_INF))  # every token masked
+
+
+def test_a_tiny_temperature_samples_the_argmax_instead_of_failing():
+    logits = torch.tensor([[1.0, 3.0, 2.0], [0.5, -1.0, 0.0]])
+    token = sample_next(logits, temperature=1e-300, generator=torch.Generator().manual_seed(0))
+    assert token.tolist() == [1, 0]
+
+
+def test_stop_outside_the_vocabulary_and_huge_outputs_are_refused():
+    model, prompt = make_model(), torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match=r"stop=999 holds token id 999, outside the vocabulary \[0, 37\)"):
+        generate(model, prompt, 5, stop=999)
+    with pytest.raises(ValueError, match=r"stop=\[3, 40\] holds token id 40"):
+        stream(model, prompt, 5, stop=[3, 40])
+    with pytest.raises(ValueError, match="max_new_tokens=100000000000 would make an output"):
+        generate(model, prompt, 10**11)
+
+
+def test_numpy_and_tensor_scalars_are_accepted():
+    import numpy as np
+
+    model, prompt = make_model(), torch.tensor([[1, 2, 3]])
+    a = generate(model, prompt, np.int64(4), greedy=True)
+    b = generate(model, prompt, torch.tensor(4), top_k=np.int32(5), temperature=np.float32(0.5),
+                 generator=torch.Generator().manual_seed(0))
+    assert a.shape == b.shape == (1, 7)

@@ -372,3 +372,51 @@ def test_dropout_train_vs_eval():
     torch.manual_seed(1)
     b = model(ids)[0]
     assert torch.equal(a, b) and not torch.allclose(a, model(ids)[0])
+
+
+# ---------------------------------------------------------------- bad inputs (issue 15)
+
+def test_targets_must_be_integer_ids_in_range():
+    model, ids = Transformer(_cfg()), _ids()
+    with pytest.raises(TypeError, match="targets must be an integer tensor.*float32"):
+        model(ids, targets=ids.float())  # would be truncated to other ids
+    with pytest.raises(TypeError, match="targets must be a torch.Tensor"):
+        model(ids, targets=ids.tolist())
+    with pytest.raises(ValueError, match=r"targets contain 37, outside \[0, 37\)"):
+        model(ids, targets=torch.full_like(ids, 37))
+    with pytest.raises(ValueError, match=r"targets contain -3, outside"):
+        model(ids, targets=torch.full_like(ids, -3))
+    with pytest.raises(ValueError, match="targets are all -100.*NaN"):
+        model(ids, targets=torch.full_like(ids, -100))
+    some = torch.full_like(ids, -100)
+    some[0, 0] = 5
+    assert torch.isfinite(model(ids, targets=some)[1])  # -100 elsewhere is fine
+
+
+def test_input_id_dtypes_batches_and_masks():
+    model, ids = Transformer(_cfg()), _ids()
+    model.eval()
+    torch.testing.assert_close(model(ids.to(torch.int8))[0], model(ids)[0])  # int8 is an integer
+    with pytest.raises(TypeError, match="input_ids must be an integer tensor, got dtype torch.float64"):
+        model(ids.double())
+    with pytest.raises(ValueError, match=r"batch of 0 sequences \(shape \(0, 10\)\)"):
+        model(ids[:0])
+    for bad in (float("nan"), float("inf"), 0.5):
+        mask = torch.ones(ids.shape)
+        mask[0, 0] = bad
+        with pytest.raises(ValueError, match="attention_mask must hold only 1 .* and 0"):
+            model(ids, attention_mask=mask)
+
+
+def test_classifier_targets_are_checked():
+    model = TransformerClassifier(_cfg(causal=False), num_classes=3)
+    ids = _ids()
+    with pytest.raises(ValueError, match=r"targets contain 3, outside \[0, 3\)"):
+        model(ids, targets=torch.tensor([0, 1, 3]))
+    with pytest.raises(TypeError, match="targets must be an integer tensor"):
+        model(ids, targets=torch.tensor([0.0, 1.0, 2.0]))
+
+
+def test_a_position_table_that_cannot_fit_is_refused():
+    with pytest.raises(ValueError, match=r"max_seq_len=1000000000 with d_model=32 needs 119 GiB"):
+        Transformer(_cfg(max_seq_len=10**9))
