@@ -118,7 +118,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="sample text from a checkpoint", formatter_class=_Formatter)
     gen.add_argument("--checkpoint", default=DEFAULT_OUT, help="checkpoint directory")
-    gen.add_argument("--prompt", default="\n", help="text to continue")
+    gen.add_argument("--prompt", default="\n", help="text to continue (default: a newline)%(default).0s")
     gen.add_argument("--max-new-tokens", type=nonneg_int, default=200, help="tokens to generate")
     gen.add_argument("--temperature", type=positive_float, default=0.8, help="> 0; lower is more conservative")
     gen.add_argument("--top-k", type=positive_int, default=None, help="sample among the k most likely tokens")

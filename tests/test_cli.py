@@ -31,14 +31,16 @@ def test_train_generate_evaluate(corpus, tmp_path, capsys):
     assert metrics["command"] == "train" and metrics["steps"] == 4 and metrics["out"] == "runs/latest"
     assert metrics["val_loss"] > 0 and "step 4/4" in out
     assert {p.name for p in (tmp_path / "runs" / "latest").iterdir()} == {
-        "model.safetensors", "checkpoint.json", "tokenizer.json", "trainer.pt"}
+        "model.safetensors", "checkpoint.json", "tokenizer.json", "trainer.pt", "manifest.json"}
 
     assert main(["generate", "--prompt", "def", "--max-new-tokens", "12", "--seed", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("def") and last_json(lines[-1])["new_tokens"] == 12
 
     assert main(["evaluate"]) == 0
-    result = last_json(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert out.startswith("runs/latest: validation loss ")  # a sentence, then the JSON line
+    result = last_json(out)
     assert result["val_loss"] == pytest.approx(metrics["val_loss"], rel=1e-5)  # same split, same loss
     assert result["windows"] == (result["val_tokens"] - 1) // 16
 
@@ -65,7 +67,8 @@ def test_errors_are_reported_not_raised(corpus, tmp_path, capsys):
     assert "not a checkpoint directory" in capsys.readouterr().err
     assert main(["train", "--corpus", "no-such-corpus", *TINY]) == 2
     assert "known corpora" in capsys.readouterr().err
-    assert main(["train", "--corpus", corpus, "--preset", "huge", "--steps", "1"]) == 2
-    assert "preset='huge'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse names the flag and lists the presets
+        main(["train", "--corpus", corpus, "--preset", "huge", "--steps", "1"])
+    assert "argument --preset: invalid choice: 'huge'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--tokenizer", "word"])
