@@ -17,25 +17,34 @@ import torch
 from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.training import TrainConfig, Trainer
 
-def make_trainer():
+def make_trainer(padded=False):
     torch.manual_seed(0)
     model = Transformer(TransformerConfig(vocab_size=16, d_model=32, num_heads=2, num_layers=1,
                                           max_seq_len=16))
     ids = torch.randint(16, (3000,), generator=torch.Generator().manual_seed(0))
     cfg = TrainConfig(max_steps=4, warmup_steps=1, batch_size=8, progress=False, device="cpu",
                       lr=3e-3)
-    return Trainer(model, ids[:2500], ids[2500:], cfg)
+    if not padded:
+        return Trainer(model, ids[:2500], ids[2500:], cfg)
+    # Sequences with 1..16 real targets (the rest -100): the ranks' slices hold different counts,
+    # so the loss must be weighted by tokens, not averaged per rank.
+    x, y = ids[:2048].view(128, 16), ids[1:2049].view(128, 16).clone()
+    keep = torch.randint(1, 17, (128, 1), generator=torch.Generator().manual_seed(1))
+    y[torch.arange(16)[None, :] >= keep] = -100
+    data = torch.utils.data.TensorDataset(x, y)
+    return Trainer(model, data, data, cfg)
 """
 
 
-def test_two_processes_match_one_process(tmp_path):
+@pytest.mark.parametrize("padded", [False, True], ids=["stream", "ignored-targets"])
+def test_two_processes_match_one_process(tmp_path, padded):
     script = tmp_path / "ddp.py"
     script.write_text(SETUP + textwrap.dedent(f"""
         from safetensors.torch import save_file
         from fundamentallm.distributed import cleanup, init_distributed, is_main_process
         rank, world_size, device = init_distributed()
         assert world_size == 2
-        trainer = make_trainer()
+        trainer = make_trainer({padded})
         trainer.fit()
         val = trainer.evaluate()["val_loss"]
         if is_main_process():
@@ -57,7 +66,7 @@ def test_two_processes_match_one_process(tmp_path):
 
     namespace = {}
     exec(SETUP, namespace)  # noqa: S102 (our own constant source)
-    single = namespace["make_trainer"]()  # one process, the whole batch of 8
+    single = namespace["make_trainer"](padded)  # one process, the whole batch of 8
     single.fit()
     ddp = load_file(str(tmp_path / "ddp.safetensors"))
     for name, value in ddp.items():
