@@ -30,6 +30,7 @@ import time
 import torch
 
 from fundamentallm import Transformer, TransformerConfig
+from fundamentallm.__main__ import positive_int
 from fundamentallm.generation import generate, optimize_for_decoding
 from fundamentallm.interop import from_hf_gpt2
 
@@ -137,14 +138,14 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--skip-recompute", action="store_true", help="measure only the cached paths")
-    parser.add_argument("--new-tokens", type=int, default=None,
+    parser.add_argument("--new-tokens", type=positive_int, default=None,
                         help="override the number of new tokens of every size (for quick trials)")
-    parser.add_argument("--gpt2-recompute-repeats", type=int, default=1,
+    parser.add_argument("--gpt2-recompute-repeats", type=positive_int, default=1,
                         help="repetitions of the slow no-cache run at GPT-2 size")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

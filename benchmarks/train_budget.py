@@ -30,6 +30,7 @@ import time
 import torch
 
 from fundamentallm import Transformer, TransformerConfig
+from fundamentallm.__main__ import nonneg_int, positive_int
 from fundamentallm.data import load_corpus, train_val_split
 from fundamentallm.tokenizers import CharacterTokenizer
 from fundamentallm.training import TrainConfig, Trainer
@@ -61,7 +62,9 @@ def parse_overrides(items: list[str]) -> tuple[dict, dict]:
     train_fields = set(TrainConfig.__dataclass_fields__)
     model, train = {}, {}
     for item in items:
-        key, _, raw = item.partition("=")
+        key, sep, raw = item.partition("=")
+        if not sep or not key or not raw:
+            raise SystemExit(f"--set {item!r}: expected FIELD=VALUE, e.g. --set lr=1e-3")
         try:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
@@ -79,16 +82,24 @@ def build_trainer(recipe_name: str, vocab_size: int, train_ids, val_ids, args,
                   model_over: dict, train_over: dict) -> Trainer:
     recipe = RECIPES[recipe_name]
     torch.manual_seed(args.seed)
-    config = TransformerConfig(vocab_size=vocab_size, max_seq_len=BLOCK, dropout=0.0,
-                               **{**recipe["model"], **model_over})
+    try:
+        config = TransformerConfig(vocab_size=vocab_size, max_seq_len=BLOCK, dropout=0.0,
+                                   **{**recipe["model"], **model_over})
+    except (TypeError, ValueError) as err:
+        raise SystemExit(f"--set: {err}") from None
     model = Transformer(config)
     params = model.num_parameters()
     if params > MAX_PARAMS:
         raise SystemExit(f"{recipe_name}: {params} parameters exceed the budget's {MAX_PARAMS}")
-    train_config = TrainConfig(**{**dict(max_steps=args.steps, batch_size=BATCH, block_size=BLOCK,
-                                         eval_interval=0, eval_batch_size=256, progress=False,
-                                         device="cpu", seed=args.seed, log_interval=1),
-                                  **recipe["train"], **train_over})
+    train = {**recipe["train"], **train_over}
+    if "warmup_steps" not in train_over:  # a quick trial shorter than the warmup warms up throughout
+        train["warmup_steps"] = min(train["warmup_steps"], args.steps)
+    try:
+        train_config = TrainConfig(**{**dict(max_steps=args.steps, batch_size=BATCH, block_size=BLOCK,
+                                             eval_interval=0, eval_batch_size=256, progress=False,
+                                             device="cpu", seed=args.seed, log_interval=1), **train})
+    except (TypeError, ValueError) as err:
+        raise SystemExit(f"--set or --steps: {err}") from None
     print(f"{recipe_name}: params={params}\n  model: {config}\n  train: {train_config}", flush=True)
     return Trainer(model, train_ids, val_ids, config=train_config)
 
@@ -100,9 +111,9 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true",
                         help="train ours and the baseline side by side, alternating every 100 steps, "
                              "so that both speeds are measured under the same machine load")
-    parser.add_argument("--steps", type=int, default=STEPS, help="change only for quick trials")
-    parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--steps", type=positive_int, default=STEPS, help="change only for quick trials")
+    parser.add_argument("--seed", type=nonneg_int, default=1337)
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="override a TransformerConfig or TrainConfig field of the recipe "
                              "(of ours with --compare), for sweeps and ablations")

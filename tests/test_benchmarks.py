@@ -2,9 +2,12 @@
 running them in full, see benchmarks/README.md, never asserted here)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -45,3 +48,19 @@ def test_generation_benchmark_runs_at_the_tiny_size(tmp_path):
                 "ours_recompute_default_layout_tok_s", "hf_cache_tok_s", "cache_speedup",
                 "cache_speedup_default_layout", "vs_hf", "default_layout_vs_hf"):
         assert result[key] > 0, key
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("train_budget.py", ["--steps", "0"], "argument --steps"),
+    ("train_budget.py", ["--threads", "-1"], "argument --threads"),
+    ("train_budget.py", ["--steps", "1", "--set", "lr"], "expected FIELD=VALUE"),
+    ("train_budget.py", ["--steps", "1", "--set", "lr=-1"], "--set or --steps: lr=-1 must be a finite number > 0"),
+    ("train_budget.py", ["--steps", "1", "--set", "d_model=7"], "--set: "),
+    ("generation.py", ["--repeats", "0"], "argument --repeats"),
+    ("generation.py", ["--new-tokens", "-3"], "argument --new-tokens"),
+])
+def test_benchmark_flags_are_validated(tmp_path, script, args, message):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
