@@ -376,3 +376,13 @@ def test_sigkill_at_random_moments_of_repeated_saves(tmp_path):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the kill may fall between the two renames
             assert load_checkpoint(path).step >= 0
+
+
+def test_a_truncated_trainer_file_is_named(tmp_path):
+    save_checkpoint(tmp_path / "c", small_model(), step=1)
+    blob = (tmp_path / "c" / "trainer.pt").read_bytes()
+    (tmp_path / "c" / "trainer.pt").write_bytes(blob[:100])
+    with pytest.raises(CheckpointError, match="trainer.pt does not match"):
+        load_checkpoint(tmp_path / "c")
+    with pytest.raises(CheckpointError, match="trainer.pt is corrupt"):  # not OSError [Errno 22]
+        load_checkpoint(tmp_path / "c", verify=False)

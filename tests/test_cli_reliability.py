@@ -187,3 +187,12 @@ def test_doctor_reports_versions_and_chapter_imports(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "MISSING: no_such_module_xyz" in out and "device" in out and "Python" in out
     assert last_json(out)["command"] == "doctor"
+
+
+def test_unseen_prompt_characters_warn_and_a_tiny_split_is_reported(corpus, tmp_path, capsys):
+    assert main(["train", "--corpus", corpus, *TINY, "--steps", "2"]) == 0
+    capsys.readouterr()
+    assert main(["generate", "--prompt", "déf", "--max-new-tokens", "3"]) == 0
+    assert "never saw, read as <unk>: ['é']" in capsys.readouterr().err
+    assert main(["evaluate", "--val-fraction", "0.001"]) == 2
+    assert "fewer than one window" in capsys.readouterr().err
