@@ -11,12 +11,10 @@ A checkpoint is a directory:
   unpickle anything but tensors and plain containers;
 * ``manifest.json`` -- the step and each file's size and SHA-256, written last.
 
-Saving never damages the previous checkpoint: everything is written (and flushed to disk) into a
-hidden sibling directory, then renamed into place -- the old directory is first renamed aside and
-deleted only after the new one is in place. A kill or a full disk at any moment therefore leaves
-either the old or the new checkpoint complete; if a kill falls between the two renames,
-:func:`load_checkpoint` finds the old one aside and loads it. Loading verifies every file against
-the manifest and names the one that does not match (a flipped bit, a truncated file, a file from
+Saving never damages the previous checkpoint: the files are written into a hidden sibling
+directory and renamed into place (:mod:`fundamentallm.atomic`), so a kill or a full disk at any
+moment leaves the old or the new checkpoint complete. Loading verifies every file against the
+manifest and names the one that does not match (a flipped bit, a truncated file, a file from
 another save).
 
 Resuming from it reproduces uninterrupted training bit for bit on the CPU (tested in a new
@@ -25,13 +23,10 @@ process), because every source of randomness and every optimizer statistic is re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
 import random
-import shutil
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -42,12 +37,19 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from .atomic import (
+    MANIFEST,
+    CheckpointError,
+    check_output_dir,
+    locate,
+    verify_manifest,
+    write_directory,
+)
 from .config import TransformerConfig
 from .model import Transformer, TransformerClassifier
 from .tokenizers import Tokenizer
 
 FORMAT_VERSION = 2
-MANIFEST = "manifest.json"
 FILES = ("model.safetensors", "checkpoint.json", "tokenizer.json", "trainer.pt")
 READABLE_VERSIONS = (1, 2)  # version 1: the same files, without a manifest
 MODEL_CLASSES = {"Transformer": Transformer, "TransformerClassifier": TransformerClassifier}
@@ -99,69 +101,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that is incomplete, corrupt or inconsistent (a ``ValueError``)."""
-
-
-def _staging(path: Path) -> Path:
-    return path.parent / f".{path.name}.saving"
-
-
-def _aside(path: Path) -> Path:
-    return path.parent / f".{path.name}.previous"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file (or a directory's entries) to the disk, so a rename never outruns the data."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # e.g. directories on Windows cannot be opened
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def check_output_dir(path: PathLike) -> Path:
-    """Raise a clear error, before any work is done, if ``path`` cannot hold a checkpoint: it is
-    a file, a non-empty directory that is not a checkpoint (replacing it would delete its files),
-    or its parent cannot be created or written. Returns ``Path(path)``."""
-    if not isinstance(path, (str, os.PathLike)) or str(path) == "":
-        raise TypeError(f"path={path!r} must be a non-empty str or os.PathLike")
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"path={str(path)!r} exists and is not a directory; a checkpoint is a "
-                         f"directory: choose another path")
-    if path.is_dir() and any(path.iterdir()) and not (
-            (path / "checkpoint.json").is_file() or (path / MANIFEST).is_file()):
-        raise ValueError(f"path={str(path)!r} is a non-empty directory that is not a checkpoint; "
-                         f"saving would replace its files: choose an empty or new directory")
-    parent = path.absolute().parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"path={str(path)!r}: cannot create its parent directory ({err.strerror})") from err
-    probe = parent / f".{path.name}.probe-{os.getpid()}"
-    try:  # an actual write: os.access says nothing about read-only mounts (or root)
-        probe.mkdir(exist_ok=True)
-        probe.rmdir()
-    except OSError as err:
-        raise ValueError(f"path={str(path)!r}: the directory {str(parent)!r} is not writable "
-                         f"({err.strerror})") from err
-    return path
-
-
 def save_checkpoint(path: PathLike, model: nn.Module, config: Optional[TransformerConfig] = None,
                     tokenizer: Optional[Tokenizer] = None, trainer=None,
                     optimizer: Optional[torch.optim.Optimizer] = None, step: Optional[int] = None,
@@ -196,10 +135,8 @@ def save_checkpoint(path: PathLike, model: nn.Module, config: Optional[Transform
     except (TypeError, ValueError) as err:
         raise TypeError(f"extra must be JSON-serialisable (finite numbers, str, lists, dicts): {err}") from err
     path = check_output_dir(path)
-    stage = _staging(path)
-    shutil.rmtree(stage, ignore_errors=True)  # a leftover of an interrupted save
-    try:
-        stage.mkdir()
+
+    def fill(stage: Path) -> None:
         state, _ = _unique_state(model)
         save_file(state, str(stage / "model.safetensors"), metadata={"format": "fundamentallm"})
         (stage / "checkpoint.json").write_text(text, encoding="utf-8")
@@ -211,72 +148,9 @@ def save_checkpoint(path: PathLike, model: nn.Module, config: Optional[Transform
         if optimizer is not None:
             blob["optimizer"] = optimizer.state_dict()
         torch.save(blob, stage / "trainer.pt")
-        files = {}
-        for name in FILES:
-            if (stage / name).exists():
-                _fsync(stage / name)
-                files[name] = {"bytes": (stage / name).stat().st_size, "sha256": _sha256(stage / name)}
-        manifest = {"format_version": FORMAT_VERSION, "step": step, "files": files}
-        (stage / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        _fsync(stage / MANIFEST)
-        _fsync(stage)
-        _swap_into_place(stage, path)
-    except OSError as err:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise OSError(err.errno, f"could not write the checkpoint {str(path)!r} ({err.strerror or err}); "
-                                 f"the previous checkpoint there, if any, is unchanged") from err
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+
+    write_directory(path, fill, step, FILES, FORMAT_VERSION)
     return path
-
-
-def _swap_into_place(stage: Path, path: Path) -> None:
-    """``stage`` becomes ``path``; an old ``path`` is renamed aside first and deleted last, so at
-    every instant one complete checkpoint exists (``path``, or ``.name.previous`` beside it)."""
-    aside = _aside(path)
-    if path.exists():
-        shutil.rmtree(aside, ignore_errors=True)  # path is complete, so an older copy is not needed
-        os.replace(path, aside)
-    os.replace(stage, path)
-    _fsync(path.parent)
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-def _verify(path: Path) -> Optional[int]:
-    """Check every file against ``manifest.json``; return the manifest's step."""
-    try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-        files, step = manifest["files"], manifest["step"]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupt ({err!r})") from err
-    for name in FILES:
-        if name not in files and (path / name).exists():
-            raise CheckpointError(f"checkpoint {path}: {name} is not in {MANIFEST}; it was left by "
-                                  f"another save. Delete it or save the checkpoint again")
-    for name, entry in files.items():
-        file = path / name
-        if name not in FILES:
-            raise CheckpointError(f"checkpoint {path}: {MANIFEST} lists an unknown file {name!r}")
-        if not file.is_file():
-            raise CheckpointError(f"checkpoint {path}: {name} is missing (listed in {MANIFEST})")
-        if file.stat().st_size != entry.get("bytes") or _sha256(file) != entry.get("sha256"):
-            raise CheckpointError(f"checkpoint {path}: {name} does not match the SHA-256 in {MANIFEST} "
-                                  f"(the file was changed, truncated or comes from another save)")
-    return step
-
-
-def _locate(path: Path) -> Path:
-    """``path``, or the old checkpoint a save interrupted between its two renames left aside."""
-    if (path / "checkpoint.json").is_file():
-        return path
-    aside = _aside(path)
-    if not path.exists() and (aside / MANIFEST).is_file():
-        warnings.warn(f"{path} is missing but {aside} holds the previous checkpoint (a save was "
-                      f"interrupted); loading that one", stacklevel=3)
-        return aside
-    raise FileNotFoundError(f"{path} is not a checkpoint directory (needs checkpoint.json and "
-                            f"model.safetensors)")
 
 
 def _load_weights(path: Path, model: nn.Module) -> None:
@@ -354,7 +228,7 @@ def load_checkpoint(path: PathLike, model: Optional[nn.Module] = None, trainer=N
     for name, value in (("restore_rng", restore_rng), ("verify", verify)):
         if not isinstance(value, bool):
             raise TypeError(f"{name}={value!r} must be True or False")
-    path = _locate(Path(path))
+    path = locate(Path(path))
     if not (path / "model.safetensors").is_file():
         raise FileNotFoundError(f"{path} is not a checkpoint directory (needs checkpoint.json and "
                                 f"model.safetensors)")
@@ -364,7 +238,7 @@ def load_checkpoint(path: PathLike, model: Optional[nn.Module] = None, trainer=N
             raise CheckpointError(f"checkpoint {path} has no {MANIFEST}, so its files cannot be "
                                   f"verified (an older format, or copied by hand); pass verify=False "
                                   f"to load it anyway")
-        manifest_step = _verify(path)
+        manifest_step = verify_manifest(path, FILES)
     meta, config = _read_meta(path)
     if verify and meta.get("step") != manifest_step:
         raise CheckpointError(f"checkpoint {path}: checkpoint.json is from step {meta.get('step')} but "
