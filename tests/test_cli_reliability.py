@@ -196,3 +196,14 @@ def test_unseen_prompt_characters_warn_and_a_tiny_split_is_reported(corpus, tmp_
     assert "never saw, read as <unk>: ['é']" in capsys.readouterr().err
     assert main(["evaluate", "--val-fraction", "0.001"]) == 2
     assert "fewer than one window" in capsys.readouterr().err
+
+
+def test_ctrl_c_outside_the_training_loop_exits_130_without_a_traceback(monkeypatch, capsys):
+    import fundamentallm.__main__ as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_doctor", interrupted)
+    assert main(["doctor"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted (nothing was saved)"
