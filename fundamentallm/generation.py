@@ -76,15 +76,13 @@ def _validate_inputs(model: nn.Module, input_ids, max_new_tokens, temperature, t
     """Checks of :func:`generate`/:func:`stream` beyond ``_prepare``'s: NumPy/torch scalars are
     accepted as the Python numbers they stand for, a stop id must be in the vocabulary (else it
     could never fire), and the output must fit in memory. Returns the normalised arguments."""
-    def scalar(name, value, kind):
+    def scalar(value, kind):
         if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 1) == 0:
             return kind(value.item())
         return value
 
-    max_new_tokens = scalar("max_new_tokens", max_new_tokens, int)
-    top_k = scalar("top_k", top_k, int)
-    temperature = scalar("temperature", temperature, float)
-    top_p = scalar("top_p", top_p, float)
+    max_new_tokens, top_k = scalar(max_new_tokens, int), scalar(top_k, int)
+    temperature, top_p = scalar(temperature, float), scalar(top_p, float)
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     if stop is not None and vocab is not None:
         items = [stop] if isinstance(stop, int) else stop
