@@ -387,3 +387,19 @@ def test_a_truncated_trainer_file_is_named(tmp_path):
         load_checkpoint(tmp_path / "c")
     with pytest.raises(CheckpointError, match="trainer.pt is corrupt"):  # not OSError [Errno 22]
         load_checkpoint(tmp_path / "c", verify=False)
+
+
+def test_a_read_only_parent_is_found_by_a_real_write(tmp_path, monkeypatch):
+    """os.access says yes to root and on read-only mounts; the probe directory is a real write."""
+    from pathlib import Path
+
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if ".probe-" in self.name:
+            raise PermissionError(13, "Permission denied")
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(ValueError, match="ro' is not writable \\(Permission denied\\)"):
+        save_checkpoint(tmp_path / "ro" / "ckpt", small_model())
