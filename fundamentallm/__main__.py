@@ -225,7 +225,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {err}" if err.code != 130 else str(err), file=sys.stderr)
         return err.code
     except KeyboardInterrupt:
-        print("interrupted (nothing was saved)", file=sys.stderr)
+        print("interrupted (Ctrl-C); checkpoints saved before it are intact", file=sys.stderr)
         return 130
     except (ValueError, TypeError, FileNotFoundError, RuntimeError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -41,15 +41,22 @@ def _run_args(args: argparse.Namespace) -> dict:
 
 
 def _saved_run(out: str) -> Optional[dict]:
-    """The ``extra`` of the checkpoint in ``out`` (read without loading it), or None if none."""
+    """The ``extra`` of the checkpoint in ``out`` (read without loading it), or None if none.
+    A checkpoint a kill left aside (``.name.previous``) counts: ``load_checkpoint`` finds it too."""
+    import warnings
     from pathlib import Path
 
-    meta = Path(out) / "checkpoint.json"
-    if not meta.is_file():
+    from .atomic import locate
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            folder = locate(Path(out))
+    except FileNotFoundError:
         return None
     try:
-        extra = json.loads(meta.read_text(encoding="utf-8")).get("extra", {})
-    except (ValueError, AttributeError):
+        extra = json.loads((folder / "checkpoint.json").read_text(encoding="utf-8")).get("extra", {})
+    except (OSError, ValueError, AttributeError):
         extra = {}
     return extra if isinstance(extra, dict) else {}
 

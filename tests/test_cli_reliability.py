@@ -206,4 +206,17 @@ def test_ctrl_c_outside_the_training_loop_exits_130_without_a_traceback(monkeypa
 
     monkeypatch.setattr(cli, "cmd_doctor", interrupted)
     assert main(["doctor"]) == 130
-    assert capsys.readouterr().err.strip() == "interrupted (nothing was saved)"
+    assert capsys.readouterr().err.strip() == "interrupted (Ctrl-C); checkpoints saved before it are intact"
+
+
+def test_resume_finds_a_checkpoint_a_kill_left_aside(corpus, tmp_path, capsys):
+    assert main(["train", "--corpus", corpus, *TINY, "--steps", "6", "--save-interval", "2"]) == 0
+    full = load_checkpoint(tmp_path / "runs" / "latest")
+    # A kill between a save's two renames leaves only the old checkpoint, renamed aside:
+    (tmp_path / "runs" / "latest").rename(tmp_path / "runs" / ".latest.previous")
+    with pytest.warns(UserWarning, match="a save was interrupted"):
+        assert main(["train", "--resume", "--no-progress"]) == 0
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["latest"]
+    again = load_checkpoint(tmp_path / "runs" / "latest")
+    assert again.step == 6 and all(torch.equal(a, b) for a, b in zip(
+        full.model.state_dict().values(), again.model.state_dict().values()))
