@@ -45,3 +45,13 @@ def test_generation_benchmark_runs_at_the_tiny_size(tmp_path):
                 "ours_recompute_default_layout_tok_s", "hf_cache_tok_s", "cache_speedup",
                 "cache_speedup_default_layout", "vs_hf", "default_layout_vs_hf"):
         assert result[key] > 0, key
+
+
+def test_chapter_9_quotes_the_stored_train_budget_result():
+    """The figures the book quotes come from benchmarks/results/, not from memory."""
+    stored = json.loads((BENCHMARKS / "results" / "train_budget_python-docs.json").read_text())
+    nb = json.loads((BENCHMARKS.parent / "book" / "09_training.ipynb").read_text())
+    text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    for recipe in ("ours", "baseline"):
+        assert f"{stored[recipe]['val_loss']:.3f}" in text, recipe
+    assert stored["date"] in text and stored["corpus"] == "python-docs"
