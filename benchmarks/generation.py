@@ -136,6 +136,19 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
     return result
 
 
+def save_result(out: dict, path: str) -> None:
+    """Write the JSON result, with the UTC date and the machine, for the book and README to quote."""
+    import datetime
+    import platform
+    from pathlib import Path
+
+    record = {**out, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+                         f"{'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU only'}"}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=positive_int, default=3)
@@ -146,6 +159,8 @@ def main() -> None:
     parser.add_argument("--gpt2-recompute-repeats", type=positive_int, default=1,
                         help="repetitions of the slow no-cache run at GPT-2 size")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--save", default=None, metavar="PATH",
+                        help="also write the JSON result to PATH (e.g. benchmarks/results/NAME.json)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -171,6 +186,8 @@ def main() -> None:
            "loadavg_start": [round(x, 2) for x in load_start],
            "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
     print(json.dumps(out))
+    if args.save:
+        save_result(out, args.save)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,19 @@ def build_trainer(recipe_name: str, vocab_size: int, train_ids, val_ids, args,
     return Trainer(model, train_ids, val_ids, config=train_config)
 
 
+def save_result(out: dict, path: str) -> None:
+    """Write the JSON result, with the UTC date and the machine, for the book and README to quote."""
+    import datetime
+    import platform
+    from pathlib import Path
+
+    record = {**out, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+                         f"{'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU only'}"}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default="python-docs", help="'python-docs', 'tinyshakespeare' or a path")
@@ -114,6 +127,8 @@ def main() -> None:
     parser.add_argument("--steps", type=positive_int, default=STEPS, help="change only for quick trials")
     parser.add_argument("--seed", type=nonneg_int, default=1337)
     parser.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--save", default=None, metavar="PATH",
+                        help="also write the JSON result to PATH (e.g. benchmarks/results/NAME.json)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="override a TransformerConfig or TrainConfig field of the recipe "
                              "(of ours with --compare), for sweeps and ablations")
@@ -172,6 +187,8 @@ def main() -> None:
                 "overrides": {**model_over, **train_over}, "seed": args.seed,
                 "torch": torch.__version__})
     print(json.dumps(out))
+    if args.save:
+        save_result(out, args.save)
 
 
 if __name__ == "__main__":

@@ -64,3 +64,13 @@ def test_benchmark_flags_are_validated(tmp_path, script, args, message):
     proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_chapter_9_quotes_the_stored_train_budget_result():
+    """The figures the book quotes come from benchmarks/results/, not from memory."""
+    stored = json.loads((BENCHMARKS / "results" / "train_budget_python-docs.json").read_text())
+    nb = json.loads((BENCHMARKS.parent / "book" / "09_training.ipynb").read_text())
+    text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    for recipe in ("ours", "baseline"):
+        assert f"{stored[recipe]['val_loss']:.3f}" in text, recipe
+    assert stored["date"] in text and stored["corpus"] == "python-docs"

@@ -133,3 +133,33 @@ def test_messages_point_at_the_mistake():
         checks.check_merge_pair(_merge_in_place)
     with pytest.raises(CheckFailed, match=r"expected shape \(7, 3\), got \(6, 3\)"):
         checks.check_make_windows(WRONG["check_make_windows"][0])
+
+
+# --- target_counts: predict, then measure ----------------------------------------------------
+
+
+def _target_counts(n, block_size):
+    """Window i (0 <= i < n - T) has targets i + 1 .. i + T: token j is one for i in [j - T, j - 1]."""
+    j = torch.arange(n)
+    last = torch.clamp(j - 1, max=n - block_size - 1)
+    first = torch.clamp(j - block_size, min=0)
+    return (last - first + 1).clamp(min=0)
+
+
+def _target_counts_inputs(n, block_size):
+    """Counts where each token is an *input* (off by one)."""
+    counts = torch.zeros(n, dtype=torch.long)
+    for i in range(n - block_size):
+        counts[i:i + block_size] += 1
+    return counts
+
+
+def test_target_counts_correct(capsys):
+    assert checks.check_target_counts(_target_counts) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", [_target_counts_inputs, lambda n, t: torch.full((n,), t)])
+def test_target_counts_wrong(wrong):
+    with pytest.raises(CheckFailed, match="check_target_counts"):
+        checks.check_target_counts(wrong)

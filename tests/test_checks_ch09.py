@@ -152,3 +152,36 @@ def test_cosine_reference_equals_the_package_schedule():
         cfg = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=w, max_steps=T, progress=False)
         for step in range(T + 5):
             assert _ch09_cosine_reference(step, 1.0, 0.1, w, T) == pytest.approx(lr_at(step, cfg), abs=1e-12)
+
+
+# --- fit_power_law (the scaling-law section) ---------------------------------------------------
+
+
+def _fit_power_law(sizes, losses):
+    x = torch.log(torch.as_tensor(sizes, dtype=torch.float64))
+    y = torch.log(torch.as_tensor(losses, dtype=torch.float64))
+    slope = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
+    return math.exp(y.mean() - slope * x.mean()), -slope.item()
+
+
+def _fit_linear_space(sizes, losses):
+    """Fits a straight line to the raw values: wrong."""
+    x = torch.as_tensor(sizes, dtype=torch.float64)
+    y = torch.as_tensor(losses, dtype=torch.float64)
+    slope = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
+    return (y.mean() - slope * x.mean()).item(), -slope.item()
+
+
+def test_fit_power_law_correct(capsys):
+    assert checks.check_fit_power_law(_fit_power_law) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", [
+    _fit_linear_space,
+    lambda n, y: (_fit_power_law(n, y)[0], -_fit_power_law(n, y)[1]),          # sign of alpha
+    lambda n, y: (math.log(_fit_power_law(n, y)[0]), _fit_power_law(n, y)[1]),  # log a, not a
+])
+def test_fit_power_law_wrong(wrong):
+    with pytest.raises(CheckFailed, match="check_fit_power_law"):
+        checks.check_fit_power_law(wrong)

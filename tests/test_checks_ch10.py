@@ -188,3 +188,46 @@ def test_top_p_reference_equals_the_package_on_unambiguous_rows():
 def test_top_k_message_names_the_wrong_index():
     with pytest.raises(CheckFailed, match="should be kept"):
         checks.check_top_k_filter(_top_k_strict)
+
+
+# --- positions_processed: predict, then measure -------------------------------------------------
+
+
+def _positions_processed(prompt_len, n_new, use_cache):
+    if use_cache:
+        return prompt_len + n_new - 1 if n_new else 0
+    return n_new * prompt_len + n_new * (n_new - 1) // 2
+
+
+def test_positions_processed_correct(capsys):
+    assert checks.check_positions_processed(_positions_processed) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda p, n, c: n if c else n * (n + 1) // 2,                         # ignores the prompt
+    lambda p, n, c: p + n if c else _positions_processed(p, n, False),    # a forward after the last token
+])
+def test_positions_processed_wrong(wrong):
+    with pytest.raises(CheckFailed, match="check_positions_processed"):
+        checks.check_positions_processed(wrong)
+
+
+def test_positions_processed_matches_the_package():
+    """The formula the check expects is what fundamentallm.generation.generate runs."""
+    from fundamentallm import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=11, d_model=16, num_heads=2, num_layers=1,
+                                          max_seq_len=32)).eval()
+    counted = []
+    hook = model.token_embedding.register_forward_hook(lambda m, i, o: counted.append(i[0].shape[1]))
+    try:
+        for prompt_len, n_new in [(1, 5), (4, 7)]:
+            for use_cache in (False, True):
+                counted.clear()
+                generation.generate(model, torch.zeros(1, prompt_len, dtype=torch.long), n_new,
+                                    greedy=True, use_cache=use_cache)
+                assert sum(counted) == _positions_processed(prompt_len, n_new, use_cache)
+    finally:
+        hook.remove()

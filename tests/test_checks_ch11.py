@@ -231,3 +231,37 @@ def test_checks_are_registered():
     for name in ("check_softmax_backward", "check_linear_backward", "check_layernorm_backward",
                  "check_attention_backward"):
         assert name in checks.CHECKS
+
+
+# --- gelu_backward: the backward pass the chapter skipped ------------------------------------------
+
+
+def _gelu_backward(x, dy):
+    c = np.sqrt(2 / np.pi)
+    u = c * (x + 0.044715 * x ** 3)
+    t = np.tanh(u)
+    return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * c * (1 + 3 * 0.044715 * x ** 2))
+
+
+def _gelu_backward_no_product_rule(x, dy):
+    c = np.sqrt(2 / np.pi)
+    return dy * 0.5 * (1 + np.tanh(c * (x + 0.044715 * x ** 3)))
+
+
+def _gelu_backward_exact_erf(x, dy):
+    """The derivative of the exact (erf) GELU: close, but not the tanh form's."""
+    xt = torch.tensor(x, requires_grad=True)
+    torch.nn.functional.gelu(xt).backward(torch.tensor(dy))
+    return xt.grad.numpy()
+
+
+def test_gelu_backward_correct(capsys):
+    assert checks.check_gelu_backward(_gelu_backward) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", [_gelu_backward_no_product_rule, _gelu_backward_exact_erf,
+                                   lambda x, dy: _gelu_backward(x, np.ones_like(dy))])
+def test_gelu_backward_wrong(wrong):
+    with pytest.raises(CheckFailed, match="check_gelu_backward"):
+        checks.check_gelu_backward(wrong)

@@ -199,3 +199,44 @@ def test_check_fails_a_stub(check):
 def test_check_fails_a_wrong_answer(check, fn, message):
     with pytest.raises(CheckFailed, match=message):
         check(fn)
+
+
+# --- mlm_shares: predict the measured shares ------------------------------------------------------
+
+
+def _mlm_shares(vocab_size, mask_prob=0.8, random_prob=0.1):
+    hit = random_prob / vocab_size  # a random draw that lands on <mask>, or on the original
+    return {"mask": mask_prob + hit, "random": random_prob - 2 * hit,
+            "unchanged": 1 - mask_prob - random_prob + hit}
+
+
+def test_mlm_shares_correct(capsys):
+    assert checks.check_mlm_shares(_mlm_shares) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda v, mask_prob=0.8, random_prob=0.1: {"mask": mask_prob, "random": random_prob,
+                                               "unchanged": 1 - mask_prob - random_prob},
+    lambda v, mask_prob=0.8, random_prob=0.1: {**_mlm_shares(v, mask_prob, random_prob),
+                                               "random": random_prob * (v - 1) / v},
+])
+def test_mlm_shares_wrong(wrong):
+    with pytest.raises(CheckFailed, match="check_mlm_shares"):
+        checks.check_mlm_shares(wrong)
+
+
+def test_mlm_shares_match_a_simulation():
+    """The exact shares agree with the chapter's corruption rule, simulated on many positions."""
+    g = torch.Generator().manual_seed(0)
+    V, n = 20, 400_000
+    original = torch.randint(3, V, (n,), generator=g)  # ordinary tokens (not <mask> = 2)
+    u = torch.rand(n, generator=g)
+    corrupted = torch.where(u < 0.8, torch.tensor(2), original)
+    random_ids = torch.randint(V, (n,), generator=g)
+    corrupted = torch.where((u >= 0.8) & (u < 0.9), random_ids, corrupted)
+    measured = {"mask": (corrupted == 2).float().mean().item(),
+                "random": ((corrupted != 2) & (corrupted != original)).float().mean().item(),
+                "unchanged": (corrupted == original).float().mean().item()}
+    for key, value in _mlm_shares(V).items():
+        assert abs(measured[key] - value) < 0.003, key

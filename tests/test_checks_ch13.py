@@ -184,3 +184,26 @@ def test_checks_leave_the_global_rng_alone():
     checks.check_find_nan_or_inf(find_nan_or_inf)
     checks.check_first_divergence(first_divergence)
     assert torch.equal(torch.rand(3), expected)
+
+
+# --- scrambled_tokens: predict, then measure the wrong split ----------------------------------------
+
+
+def _scrambled_tokens(T, C, H):
+    D = C // H
+    h, t, d = torch.meshgrid(torch.arange(H), torch.arange(T), torch.arange(D), indexing="ij")
+    return ((h * T + t) * D + d) // C  # flat position of [h, t, d] in memory, over C per token
+
+
+def test_scrambled_tokens_correct(capsys):
+    assert checks.check_scrambled_tokens(_scrambled_tokens) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda T, C, H: torch.arange(T)[None, :, None].expand(H, T, C // H),   # the right split's tokens
+    lambda T, C, H: _scrambled_tokens(T, C, H).flip(0),                    # heads reversed
+])
+def test_scrambled_tokens_wrong(wrong):
+    with pytest.raises(CheckFailed, match="check_scrambled_tokens"):
+        checks.check_scrambled_tokens(wrong)

@@ -144,3 +144,26 @@ def check_make_windows(make_windows: Callable) -> str:
         assert_same(x, windows[:, :-1], what=f"x for {name}")
         assert_same(y, windows[:, 1:], what=f"y for {name} (x shifted left by one)")
     return f"correct on {len(cases)} cases"
+
+
+def _ch08_target_counts_reference(n: int, block_size: int) -> torch.Tensor:
+    counts = torch.zeros(n, dtype=torch.long)
+    for i in range(n - block_size):  # window i predicts ids[i + 1 : i + block_size + 1]
+        counts[i + 1:i + block_size + 1] += 1
+    return counts
+
+
+@exercise_check
+def check_target_counts(target_counts: Callable) -> str:
+    """``target_counts(n, block_size)`` -> ``(n,)`` int tensor: in how many of the ``n - block_size``
+    windows of eq. (ch08-windows) token ``j`` of the stream is a target."""
+    cases = [(10, 3), (5, 4), (20, 1), (9, 8), (12, 5), (1000, 64), (300, 299)]
+    for n, block_size in cases:
+        got = target_counts(n, block_size)
+        if got is None:
+            raise CheckFailed(f"n={n}, block_size={block_size}: got None -- return a tensor of n counts")
+        got = torch.as_tensor(got)
+        check_shape(got, (n,), f"target_counts({n}, {block_size})")
+        assert_same(got.long(), _ch08_target_counts_reference(n, block_size),
+                    f"target_counts({n}, {block_size})")
+    return f"{len(cases)} stream lengths and window sizes, edges included"

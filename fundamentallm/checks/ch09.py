@@ -155,3 +155,33 @@ def check_clip_grad_norm(clip_grad_norm: Callable) -> str:
             assert_same(c, p.grad, what=f"clipped tensor {i} for {name} (vs "
                                         f"torch.nn.utils.clip_grad_norm_)", rtol=1e-5, atol=1e-8)
     return f"matches torch.nn.utils.clip_grad_norm_ on {len(cases)} cases"
+
+
+@exercise_check
+def check_fit_power_law(fit_power_law: Callable) -> str:
+    """``fit_power_law(sizes, losses)`` -> ``(a, alpha)`` of ``loss ~ a * size ** -alpha``, fitted by
+    least squares on ``log loss = log a - alpha log size`` (a straight line in log-log axes)."""
+    rng = np.random.default_rng(900)
+    cases = [("an exact power law", np.array([1e3, 1e4, 1e5, 1e6]), None, (20.0, 0.076)),
+             ("an exact power law, floats in a list", [2e4, 5e4, 1.5e5], None, (8.0, 0.3))]
+    sizes = np.array([3e3, 8e3, 2.4e4, 7e4, 2e5])
+    noisy = 12.0 * sizes ** -0.12 * np.exp(rng.normal(0.0, 0.02, len(sizes)))
+    cases.append(("noisy losses (least squares in log-log axes)", sizes, noisy, None))
+    for what, n, losses, exact in cases:
+        n_arr = np.asarray(n, dtype=np.float64)
+        if losses is None:
+            losses = exact[0] * n_arr ** -exact[1]
+        slope, intercept = np.polyfit(np.log(n_arr), np.log(np.asarray(losses, dtype=np.float64)), 1)
+        expected = (float(np.exp(intercept)), float(-slope))
+        got = fit_power_law(n if isinstance(n, list) else torch.as_tensor(n_arr),
+                            [float(v) for v in losses] if isinstance(n, list) else torch.as_tensor(losses))
+        if got is None or len(got) != 2:
+            raise CheckFailed(f"{what}: return the pair (a, alpha), got {got!r}")
+        a, alpha = float(got[0]), float(got[1])
+        if not np.isclose(alpha, expected[1], rtol=1e-6, atol=1e-9):
+            raise CheckFailed(f"{what}: alpha expected {expected[1]:.6g}, got {alpha:.6g} "
+                              f"(alpha is minus the slope of log loss against log size)")
+        if not np.isclose(a, expected[0], rtol=1e-6):
+            raise CheckFailed(f"{what}: a expected {expected[0]:.6g}, got {a:.6g} "
+                              f"(a = exp(intercept), natural logarithms)")
+    return f"{len(cases)} cases, exact and noisy, equal to np.polyfit in log-log axes"

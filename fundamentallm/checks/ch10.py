@@ -186,3 +186,21 @@ def check_cached_attention(cached_attention: Callable) -> str:
             outs.append(out)
             start = end
     return "4 ways of chunking a sequence equal causal attention over the whole sequence"
+
+
+@exercise_check
+def check_positions_processed(positions_processed: Callable) -> str:
+    """``positions_processed(prompt_len, n_new, use_cache)`` -> how many token positions pass through
+    the network to generate ``n_new`` tokens after a prompt of ``prompt_len``: recomputing runs the
+    whole sequence at each of the ``n_new`` steps; the cache runs the prompt once, then one position
+    per step, and no forward after the last token."""
+    cases = [(1, 63), (1, 1), (5, 10), (16, 500), (7, 0), (3, 2), (64, 1)]
+    for prompt_len, n_new in cases:
+        recompute = sum(range(prompt_len, prompt_len + n_new))
+        cached = prompt_len + n_new - 1 if n_new else 0
+        for use_cache, expected in ((False, recompute), (True, cached)):
+            got = positions_processed(prompt_len, n_new, use_cache)
+            if got is None or int(got) != expected:
+                raise CheckFailed(f"prompt_len={prompt_len}, n_new={n_new}, use_cache={use_cache}: "
+                                  f"expected {expected} positions, got {got}")
+    return f"{len(cases)} (prompt, new tokens) pairs, with and without the cache"

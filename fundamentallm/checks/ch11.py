@@ -110,3 +110,22 @@ def check_attention_backward(attention_backward: Callable) -> str:
         for name, g, e in zip(("dq", "dk", "dv"), got, expected):
             assert_same(g, e, what=f"{name} for inputs of shape {shape}, causal={causal}")
     return f"{len(cases)} cases match autograd"
+
+
+@exercise_check
+def check_gelu_backward(gelu_backward: Callable) -> str:
+    """``gelu_backward(x, dy)`` -> ``dx`` for GPT-2's tanh GELU, eq. (ch07: the feed-forward layer),
+    ``y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``; NumPy float64 in and out, compared with
+    PyTorch's autograd of ``F.gelu(x, approximate="tanh")``."""
+    rng = _ch11_rng(50)
+    cases = [("a (4, 5) batch", rng.normal(size=(4, 5)) * 2),
+             ("large |x| (saturated tanh)", np.array([-12.0, -6.0, -3.0, 0.0, 3.0, 6.0, 12.0])),
+             ("around 0", np.linspace(-1, 1, 11)),
+             ("three axes", rng.normal(size=(2, 3, 4)))]
+    for what, x in cases:
+        dy = rng.normal(size=x.shape)
+        xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        torch.nn.functional.gelu(xt, approximate="tanh").backward(torch.tensor(dy))
+        (dx,) = _ch11_arrays((gelu_backward(x.copy(), dy.copy()),), 1, what)
+        assert_same(np.asarray(dx, dtype=np.float64), xt.grad.numpy(), f"{what}: dx", rtol=1e-7, atol=1e-9)
+    return f"{len(cases)} cases equal to autograd of F.gelu(approximate='tanh')"

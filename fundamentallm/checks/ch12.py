@@ -228,3 +228,25 @@ def check_mlm_mask(mlm_mask: Callable) -> str:
         raise CheckFailed("with select_prob=0.0 nothing is selected: labels all -100, ids unchanged")
     return (f"{n_sel / n_eligible:.1%} selected: {int(to_mask.sum()) / n_sel:.1%} mask, "
             f"{int(other.sum()) / n_sel:.1%} random, {int(kept.sum()) / n_sel:.1%} kept")
+
+
+@exercise_check
+def check_mlm_shares(mlm_shares: Callable) -> str:
+    """``mlm_shares(vocab_size, mask_prob=0.8, random_prob=0.1)`` -> the expected share of the
+    *selected* positions whose corrupted token is ``<mask>``, a different token than the original
+    (not ``<mask>``), or the original token, when the random replacement is drawn uniformly from
+    the whole vocabulary (so it may hit ``<mask>`` or the original)."""
+    cases = [(20, 0.8, 0.1), (30522, 0.8, 0.1), (2 + 3, 0.8, 0.1), (20, 0.5, 0.3), (100, 0.0, 1.0)]
+    for vocab_size, mask_prob, random_prob in cases:
+        keep = 1.0 - mask_prob - random_prob
+        expected = {"mask": mask_prob + random_prob / vocab_size,
+                    "random": random_prob * (vocab_size - 2) / vocab_size,
+                    "unchanged": keep + random_prob / vocab_size}
+        got = mlm_shares(vocab_size, mask_prob=mask_prob, random_prob=random_prob)
+        if not isinstance(got, dict) or set(got) != set(expected):
+            raise CheckFailed(f"vocab_size={vocab_size}: return a dict with keys {sorted(expected)}, got {got!r}")
+        for key, value in expected.items():
+            if abs(float(got[key]) - value) > 1e-12:
+                raise CheckFailed(f"vocab_size={vocab_size}, mask_prob={mask_prob}, random_prob={random_prob}: "
+                                  f"{key!r} expected {value:.6f}, got {float(got[key]):.6f}")
+    return f"{len(cases)} vocabularies and rules, BERT's included"

@@ -205,3 +205,24 @@ def _ch13_first_divergence_cases(first_divergence: Callable, Transformer, Transf
                 raise CheckFailed("hooks are still registered after your function returned: "
                                   "remove them with handle.remove()")
     return f"{len(cases)} pairs of models: the first differing submodule found each time"
+
+
+@exercise_check
+def check_scrambled_tokens(scrambled_tokens: Callable) -> str:
+    """``scrambled_tokens(T, C, H)`` -> ``(H, T, C // H)`` int tensor: entry ``[h, t, d]`` is the token
+    whose channel lands at head ``h``, row ``t``, channel ``d`` of the buggy ``x.reshape(B, H, T, D)``
+    of a ``(B, T, C)`` tensor ``x``."""
+    cases = [(3, 4, 2), (4, 8, 2), (5, 6, 3), (16, 64, 4), (2, 2, 2), (6, 12, 1)]
+    for T, C, H in cases:
+        D = C // H
+        expected = torch.arange(T * C).view(1, T, C).reshape(1, H, T, D)[0] // C
+        got = scrambled_tokens(T, C, H)
+        if got is None:
+            raise CheckFailed(f"T={T}, C={C}, H={H}: got None -- return an (H, T, D) tensor of token indices")
+        got = torch.as_tensor(got)
+        check_shape(got, (H, T, D), f"scrambled_tokens({T}, {C}, {H})")
+        if not torch.equal(got.long(), expected):
+            bad = (got.long() != expected).nonzero()[0].tolist()
+            raise CheckFailed(f"T={T}, C={C}, H={H}: at [h, t, d] = {bad} expected token "
+                              f"{int(expected[tuple(bad)])}, got {int(got[tuple(bad)])}")
+    return f"{len(cases)} shapes: the token behind every element of the wrong split"
