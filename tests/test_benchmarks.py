@@ -45,3 +45,21 @@ def test_generation_benchmark_runs_at_the_tiny_size(tmp_path):
                 "ours_recompute_default_layout_tok_s", "hf_cache_tok_s", "cache_speedup",
                 "cache_speedup_default_layout", "vs_hf", "default_layout_vs_hf"):
         assert result[key] > 0, key
+
+
+def test_chapter_times_reports_each_notebook(tmp_path):
+    import nbformat
+
+    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
+    for path, code in ((good, "x = 1 + 1"), (bad, "raise RuntimeError('planted')")):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(code)]
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, path)
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "chapter_times.py"), str(good), str(bad),
+                           "--budget", "1e9"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # a failing chapter is reported, and fails the run
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert list(out["seconds"]) == [str(good)] and out["seconds"][str(good)] > 0
+    assert list(out["failed"]) == [str(bad)] and "planted" in out["failed"][str(bad)]
+    assert out["over_budget"] == [] and out["budget_s"] == 1e9 and out["omp_num_threads"]
