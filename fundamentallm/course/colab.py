@@ -318,6 +318,10 @@ def render_edition(root: Path = Path(".")) -> dict[str, str]:
     """Every chapter of the toc -> ``{file name: notebook JSON text}``, as written to disk."""
     root = Path(root)
     chapters = _toc_chapters(root)
+    numbers = [chapter_number(p) for p in chapters]
+    if numbers != list(range(1, len(chapters) + 1)):
+        # Jupyter Book numbers chapters by their place in _toc.yml; the edition by file name
+        raise ValueError(f"the toc's chapters must be numbered 1..N in order by their file names; got {numbers}")
     bib = parse_bib((root / "book" / "references.bib").read_text(encoding="utf-8"))
     targets = number_targets(chapters)
     return {p.name: json.dumps(render_notebook(p, targets, bib), indent=1, ensure_ascii=False) + "\n"
