@@ -181,6 +181,11 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
     probs = torch.softmax(logits.float(), dim=-1)  # (B, V)
+    if generator is not None and generator.device != probs.device:
+        # subtle: a CPU generator (the chapters' seeded torch.Generator()) with a model on a GPU:
+        # draw on the generator's device, so the same seed picks the same tokens on every device
+        draw = torch.multinomial(probs.to(generator.device), num_samples=1, generator=generator)
+        return draw.to(probs.device).squeeze(-1)  # (B,)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
 
 

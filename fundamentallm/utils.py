@@ -1,14 +1,23 @@
-"""Small shared helpers: seeding and device selection."""
+"""Small shared helpers: seeding and device selection.
+
+One switch picks the device for the whole course: the environment variable
+``FUNDAMENTALLM_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``, or ``meta`` for shapes only).
+``get_device()`` / ``get_device("auto")`` return it when it is set, and otherwise pick CUDA, then
+Apple's MPS, then the CPU. Chapters and ``TrainConfig(device="auto")`` go through here, so e.g.
+``FUNDAMENTALLM_DEVICE=cpu jupyter lab`` keeps a GPU machine's chapters on the CPU.
+"""
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Optional, Union
 
 import numpy as np
 import torch
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
+DEVICES = ("auto", "cpu", "cuda", "mps", "meta")
+DEVICE_ENV = "FUNDAMENTALLM_DEVICE"
 
 
 def set_seed(seed: int) -> None:
@@ -24,20 +33,29 @@ def set_seed(seed: int) -> None:
 
 
 def get_device(device: Optional[Union[str, torch.device]] = "auto") -> torch.device:
-    """``"auto"`` picks CUDA, then Apple's MPS, then the CPU; an explicit name must be available."""
+    """``"auto"`` is ``$FUNDAMENTALLM_DEVICE`` when set, else CUDA, then Apple's MPS, then the CPU;
+    an explicit name (``"cpu"``, ``"cuda:1"``, ``"meta"``, ...) must be available."""
     if isinstance(device, torch.device):
         return device
+    source = f"device={device!r}"
     if device is None or device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        chosen = os.environ.get(DEVICE_ENV, "").strip()
+        if chosen and chosen != "auto":
+            device, source = chosen, f"{DEVICE_ENV}={chosen!r}"
+        else:
+            if torch.cuda.is_available():
+                return torch.device("cuda")
+            if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+                return torch.device("mps")
+            return torch.device("cpu")
     kind = str(device).split(":")[0]
     if kind not in DEVICES:
-        raise ValueError(f"device={device!r} is not supported; allowed values: {', '.join(DEVICES)} (e.g. 'cuda:1')")
+        raise ValueError(f"{source} is not supported; allowed values: {', '.join(DEVICES)} (e.g. 'cuda:1')")
     if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} was requested but CUDA is not available; use 'cpu' or 'auto'")
+        raise ValueError(f"{source} was requested but CUDA is not available; use 'cpu' or 'auto'")
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ValueError(f"device={device!r} was requested but MPS is not available; use 'cpu' or 'auto'")
-    return torch.device(device)
+        raise ValueError(f"{source} was requested but MPS is not available; use 'cpu' or 'auto'")
+    try:
+        return torch.device(device)
+    except RuntimeError as e:  # e.g. "cuda:x"
+        raise ValueError(f"{source} is not a valid device name: {e}") from None

@@ -1,16 +1,16 @@
-"""Book-wide pytest configuration: which notebooks nbmake executes, and the per-chapter budget.
+"""Book-wide pytest configuration: which notebooks nbmake executes, and their execution times.
 
 ``pytest`` (configured in pyproject.toml: ``testpaths = ["tests", "book"]``, ``--nbmake``) runs
 the unit tests and then executes the chapter notebooks. This file adds two things nbmake lacks:
 
 * **Only the book's chapters are executed**: a notebook is collected only when ``_toc.yml``
-  lists it (or when it is named on the command line). ``_build/``, ``student_edition/`` and
-  hidden folders are never collected (``norecursedirs``, and this filter as a second guard).
-* **A 60 s budget per notebook.** nbmake's ``--nbmake-timeout`` is a *per-cell* timeout (it is
-  passed to ``nbclient.NotebookClient(timeout=...)``, which applies it to each cell), so a chapter
-  of many 50 s cells would pass it. Here the wall time of each notebook's run (kernel start
-  included) is measured, a notebook over budget fails, and a durations table is printed at the
-  end of the run. The budget can be changed with ``FUNDAMENTALLM_NOTEBOOK_BUDGET_S``.
+  lists it (or when it is named on the command line). ``_build/``, ``student_edition/``,
+  ``colab/`` (the generated edition) and hidden folders are never collected (``norecursedirs``,
+  and this filter as a second guard).
+* **A table of notebook execution times** at the end of the run, for information only. No test
+  asserts wall-clock time: a loaded or slower machine must not fail the suite. The 60 s budget
+  per chapter is *measured* by ``benchmarks/chapter_times.py``; pytest only guards against hangs
+  with nbmake's generous per-cell timeout (``--nbmake-timeout`` in pyproject.toml).
 
 The hooks live in a plugin object registered globally in ``pytest_configure``: hooks in a
 ``tests/conftest.py`` would otherwise only apply to files under ``tests/``.
@@ -25,8 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_BUDGET_S = 60.0
-NEVER_COLLECT = {"_build", "student_edition", "node_modules"}
+NEVER_COLLECT = {"_build", "student_edition", "colab", "node_modules"}
 
 
 def toc_files(root: Path = ROOT) -> list[str]:
@@ -37,22 +36,8 @@ def toc_files(root: Path = ROOT) -> list[str]:
     return re.findall(r"^\s*(?:-\s*)?(?:file|root):\s*(\S+)\s*$", toc.read_text(), flags=re.M)
 
 
-def notebook_budget_s() -> float:
-    raw = os.environ.get("FUNDAMENTALLM_NOTEBOOK_BUDGET_S", "")
-    if not raw:
-        return DEFAULT_BUDGET_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise pytest.UsageError(
-            f"FUNDAMENTALLM_NOTEBOOK_BUDGET_S={raw!r} must be a number of seconds") from None
-    if value <= 0:
-        raise pytest.UsageError(f"FUNDAMENTALLM_NOTEBOOK_BUDGET_S={raw!r} must be > 0")
-    return value
-
-
 class BookPlugin:
-    """Collect only the toc's notebooks; time each one against the budget."""
+    """Collect only the toc's notebooks; report how long each one took (no assertion)."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.rootdir = Path(config.rootpath).resolve()
@@ -63,7 +48,6 @@ class BookPlugin:
             path = path if path.is_absolute() else Path(config.invocation_params.dir) / path
             if path.suffix == ".ipynb":
                 self.explicit.add(path.resolve())
-        self.budget_s = notebook_budget_s()
         self.durations: dict[str, float] = {}
 
     @pytest.hookimpl(tryfirst=True)
@@ -83,23 +67,22 @@ class BookPlugin:
         outcome = yield
         if call.when != "call" or not getattr(item, "nbmake", False):
             return
-        report = outcome.get_result()
-        name = Path(str(item.fspath)).resolve().relative_to(self.rootdir).as_posix()
+        outcome.get_result()
+        path = Path(str(item.fspath)).resolve()
+        try:
+            name = path.relative_to(self.rootdir).as_posix()
+        except ValueError:  # a notebook outside the repository, named on the command line
+            name = str(path)
         self.durations[name] = call.duration
-        if report.passed and call.duration > self.budget_s:
-            report.outcome = "failed"
-            report.longrepr = (
-                f"{name} executed in {call.duration:.1f} s, over the {self.budget_s:.0f} s budget "
-                f"per chapter (book/CONTRIBUTING.md): make its experiments smaller")
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         if not self.durations:
             return
         tr = terminalreporter
-        tr.section(f"notebook execution times (budget {self.budget_s:.0f} s per notebook)")
+        tr.section("notebook execution times (information only; the budget is measured by "
+                   "benchmarks/chapter_times.py)")
         for name, seconds in sorted(self.durations.items()):
-            verdict = "OVER BUDGET" if seconds > self.budget_s else "ok"
-            tr.write_line(f"{seconds:7.1f} s  {verdict:11s}  {name}")
+            tr.write_line(f"{seconds:7.1f} s  {name}")
         tr.write_line(f"{sum(self.durations.values()):7.1f} s  total ({len(self.durations)} notebooks)")
 
 

@@ -74,3 +74,21 @@ def test_chapter_9_quotes_the_stored_train_budget_result():
     for recipe in ("ours", "baseline"):
         assert f"{stored[recipe]['val_loss']:.3f}" in text, recipe
     assert stored["date"] in text and stored["corpus"] == "python-docs"
+
+
+def test_chapter_times_reports_each_notebook(tmp_path):
+    import nbformat
+
+    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
+    for path, code in ((good, "x = 1 + 1"), (bad, "raise RuntimeError('planted')")):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(code)]
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, path)
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "chapter_times.py"), str(good), str(bad),
+                           "--budget", "1e9"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # a failing chapter is reported, and fails the run
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert list(out["seconds"]) == [str(good)] and out["seconds"][str(good)] > 0
+    assert list(out["failed"]) == [str(bad)] and "planted" in out["failed"][str(bad)]
+    assert out["over_budget"] == [] and out["budget_s"] == 1e9 and out["omp_num_threads"]

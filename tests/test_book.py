@@ -25,11 +25,13 @@ TOC = yaml.safe_load((ROOT / "_toc.yml").read_text()) if (ROOT / "_toc.yml").exi
 REPO_URL = (CONFIG.get("repository") or {}).get("url", "")
 
 BOOTSTRAP = """\
-# Runs anywhere: installs the course package when it is missing (e.g. on Colab).
+# Installs the course package and the chapters' extras when the package is missing (e.g. on
+# Colab); needs network access to GitHub. Locally, install from a clone instead (README).
 import importlib.util, subprocess, sys
+SOURCE = "fundamentallm[book] @ git+{url}"
 if importlib.util.find_spec("fundamentallm") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "fundamentallm @ git+{url}"], check=True)"""
+    if subprocess.run([sys.executable, "-m", "pip", "install", "-q", SOURCE]).returncode != 0:
+        print("Could not install fundamentallm: in a clone of the repository run `pip install '.[book]'`, then restart the kernel.")"""
 
 ARC = ["Objectives", "Intuition", "The math", "Build it from scratch", "Validate", "Look at it",
        "Experiment", "Exercises", "Summary"]

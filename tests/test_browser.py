@@ -233,9 +233,9 @@ def test_chapter_page(site, open_page, entry):
             problems.append(f"display equations wider than the column or overlapping their "
                             f"number: {too_wide}")
 
-    # The Colab launch link points at this notebook in the repository.
+    # The Colab launch link points at this chapter's Colab/Jupyter edition (colab/NN_name.ipynb).
     expected_colab = (f"https://colab.research.google.com/github/{REPO_URL.removeprefix('https://github.com/')}"
-                      f"/blob/{BRANCH}/{entry}.ipynb")
+                      f"/blob/{BRANCH}/colab/{Path(entry).name}.ipynb")
     colab = page.locator("a[href*='colab.research.google.com']")
     hrefs = [colab.nth(i).get_attribute("href") for i in range(colab.count())]
     if expected_colab not in hrefs:

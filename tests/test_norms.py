@@ -19,6 +19,11 @@ MAX_DIFF: dict = {}
 def _record(key, a, b):
     d = (a - b).abs().max().item() if a.numel() else 0.0
     MAX_DIFF[key] = max(MAX_DIFF.get(key, 0.0), d)
+    bound = 1e-5 if key[2] == "torch.float32" else 1e-12
+    # float32 bounds are relative to the magnitude compared (at least 1): 1e-5 is ~80 float32
+    # epsilons (1.2e-7) of the largest value, room for reordered sums, not for a wrong formula
+    scale = max(1.0, b.abs().max().item()) if b.numel() else 1.0
+    assert d <= bound * scale, f"{key}: max |difference| {d:.2e} over {bound:.0e} x {scale:.3g}"
     return d
 
 
@@ -143,11 +148,11 @@ def test_bad_inputs(cls):
             cls(8, eps=eps)
 
 
-def test_report_max_differences():
-    """Runs last in this file: the measured max differences must be tiny."""
-    assert MAX_DIFF, "the parity tests above did not run"
-    worst32 = max(v for k, v in MAX_DIFF.items() if k[2] == "torch.float32")
-    worst64 = max(v for k, v in MAX_DIFF.items() if k[2] == "torch.float64")
-    summary = {"/".join(k): f"{v:.2e}" for k, v in sorted(MAX_DIFF.items())}
-    print("norms max |ours - torch|:", summary)  # visible with -s or -rP
-    assert worst32 < 1e-5 and worst64 < 1e-12, summary
+@pytest.fixture(scope="module", autouse=True)
+def _report_max_differences():
+    """After this file's tests, print the measured worst differences (visible with ``-s``).
+    Each bound is asserted where the difference is measured (``_record``), so this report
+    does not depend on which tests ran before it or in what order."""
+    yield
+    summary = {"/".join(k) if isinstance(k, tuple) else k: f"{v:.2e}" for k, v in sorted(MAX_DIFF.items())}
+    print("\nnorms max |ours - torch|:", summary)

@@ -20,6 +20,11 @@ MAX_DIFF: dict = {}
 def _record(key, a, b):
     d = (a - b).abs().max().item()
     MAX_DIFF[key] = max(MAX_DIFF.get(key, 0.0), d)
+    bound = 2e-5
+    # float32 bounds are relative to the magnitude compared (at least 1): 1e-5 is ~80 float32
+    # epsilons (1.2e-7) of the largest value, room for reordered sums, not for a wrong formula
+    scale = max(1.0, b.abs().max().item()) if b.numel() else 1.0
+    assert d <= bound * scale, f"{key}: max |difference| {d:.2e} over {bound:.0e} x {scale:.3g}"
     return d
 
 
@@ -227,8 +232,11 @@ def test_factory_rejects_unknown(kind):
     assert repr(kind) in msg and all(repr(k) in msg for k in ("learned", "sinusoidal", "rope", "none"))
 
 
-def test_report_max_differences():
-    assert MAX_DIFF, "the parity tests above did not run"
-    summary = {"/".join(k): f"{v:.2e}" for k, v in sorted(MAX_DIFF.items())}
-    print("positions max |ours - reference|:", summary)  # visible with -s or -rP
-    assert max(MAX_DIFF.values()) < 2e-5, summary
+@pytest.fixture(scope="module", autouse=True)
+def _report_max_differences():
+    """After this file's tests, print the measured worst differences (visible with ``-s``).
+    Each bound is asserted where the difference is measured (``_record``), so this report
+    does not depend on which tests ran before it or in what order."""
+    yield
+    summary = {"/".join(k) if isinstance(k, tuple) else k: f"{v:.2e}" for k, v in sorted(MAX_DIFF.items())}
+    print("\npositions max |ours - reference|:", summary)

@@ -1,5 +1,7 @@
 """ModelRegistry: register / create / list_models / is_registered and its errors."""
 
+from contextlib import contextmanager
+
 import pytest
 import torch
 from torch import nn
@@ -7,13 +9,21 @@ from torch import nn
 from fundamentallm import ModelRegistry, Transformer, TransformerClassifier, TransformerConfig
 
 
+@contextmanager
+def restored_registry():
+    """Restore the global registry on exit, after throwaway models were registered."""
+    saved = dict(ModelRegistry._models)
+    try:
+        yield ModelRegistry
+    finally:
+        ModelRegistry._models.clear()
+        ModelRegistry._models.update(saved)
+
+
 @pytest.fixture
 def clean_registry():
-    """Restore the global registry after a test registers throwaway models."""
-    saved = dict(ModelRegistry._models)
-    yield ModelRegistry
-    ModelRegistry._models.clear()
-    ModelRegistry._models.update(saved)
+    with restored_registry() as registry:
+        yield registry
 
 
 def test_builtin_models_registered():
@@ -79,10 +89,10 @@ def test_bad_names(name, clean_registry):
         ModelRegistry.register(name)
 
 
-def test_fixture_restores_registry(clean_registry):
-    ModelRegistry.register("temporary")(nn.Identity)
-    assert ModelRegistry.is_registered("temporary")
-
-
-def test_registry_restored_after_fixture():
-    assert not ModelRegistry.is_registered("temporary") and not ModelRegistry.is_registered("toy")
+def test_restored_registry_undoes_registrations():
+    """One test, not two that must run in a given order: register inside, check after."""
+    before = ModelRegistry.list_models()
+    with restored_registry():
+        ModelRegistry.register("temporary")(nn.Identity)
+        assert ModelRegistry.is_registered("temporary")
+    assert not ModelRegistry.is_registered("temporary") and ModelRegistry.list_models() == before

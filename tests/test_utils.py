@@ -37,7 +37,8 @@ def test_set_seed_rejects_non_integers(seed):
         set_seed(seed)
 
 
-def test_get_device():
+def test_get_device(monkeypatch):
+    monkeypatch.delenv("FUNDAMENTALLM_DEVICE", raising=False)
     assert get_device("cpu") == torch.device("cpu")
     assert get_device(torch.device("cpu")) == torch.device("cpu")
     auto = get_device()
@@ -60,3 +61,25 @@ def test_get_device_rejects_unknown(device):
 def test_get_device_unavailable_cuda(device):
     with pytest.raises(ValueError, match="CUDA is not available"):
         get_device(device)
+
+
+def test_device_switch_from_the_environment(monkeypatch):
+    """FUNDAMENTALLM_DEVICE replaces "auto" (chapters, TrainConfig's default); a name passed
+    explicitly still wins."""
+    monkeypatch.setenv("FUNDAMENTALLM_DEVICE", "meta")
+    assert get_device() == torch.device("meta") and get_device("auto") == torch.device("meta")
+    assert get_device("cpu") == torch.device("cpu")
+    monkeypatch.setenv("FUNDAMENTALLM_DEVICE", "cpu")
+    assert get_device(None) == torch.device("cpu")
+    monkeypatch.setenv("FUNDAMENTALLM_DEVICE", "auto")
+    assert get_device().type in ("cpu", "cuda", "mps")
+    monkeypatch.setenv("FUNDAMENTALLM_DEVICE", "tpu")
+    with pytest.raises(ValueError, match=r"FUNDAMENTALLM_DEVICE='tpu' is not supported; allowed values"):
+        get_device()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_switch_names_the_variable_when_cuda_is_missing(monkeypatch):
+    monkeypatch.setenv("FUNDAMENTALLM_DEVICE", "cuda")
+    with pytest.raises(ValueError, match=r"FUNDAMENTALLM_DEVICE='cuda' was requested but CUDA is not available"):
+        get_device()

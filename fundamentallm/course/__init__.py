@@ -18,6 +18,7 @@ Usage::
 
     python -m fundamentallm.course student-edition OUT_DIR [--book-dir book]
     python -m fundamentallm.course grade SUBMISSIONS_DIR [--csv scores.csv]
+    python -m fundamentallm.course colab-edition colab [--root .]   (see course/colab.py)
 """
 
 from __future__ import annotations
@@ -199,7 +200,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     g = sub.add_parser("grade", help="run the checks over a folder of submitted notebooks")
     g.add_argument("submissions", type=Path)
     g.add_argument("--csv", type=Path, default=None, help="also write the score table as CSV")
+    c = sub.add_parser("colab-edition", help="write the chapters with MyST rendered to plain Markdown")
+    c.add_argument("out_dir", type=Path, help="e.g. colab (the committed edition)")
+    c.add_argument("--root", type=Path, default=Path("."), help="the book's root (holds _toc.yml)")
     args = parser.parse_args(argv)
+    if args.command == "colab-edition":
+        from .colab import colab_edition
+
+        written = colab_edition(args.out_dir, args.root)
+        print(f"wrote {len(written)} Colab/Jupyter notebooks to {args.out_dir}")
+        return 0
     if args.command == "student-edition":
         written = student_edition(args.out_dir, args.root)
         print(f"wrote {len(written)} student notebooks to {args.out_dir}")

@@ -1,0 +1,360 @@
+"""The Colab/Jupyter edition: every chapter with its MyST markup rendered to plain Markdown.
+
+Colab and classic Jupyter render none of MyST, so the book's notebooks show raw ``{eq}`` and
+``{cite}`` roles, ``:::{exercise}`` fences and ``$$ ... $$ (label)`` there. This module writes a
+copy of each chapter that renders everywhere, numbered exactly as the Jupyter Book pages are:
+
+* the title gets its chapter number (``# 2. Attention by hand``);
+* ``$$ ... $$ (label)`` becomes ``$$ ... \\tag{2.1} $$``, and ``{eq}`label``` becomes ``(2.1)``;
+* ``{cite}`key``` becomes ``(Vaswani et al., 2017)``, ``{cite:t}`` ``Vaswani et al. (2017)``, and
+  a reference list (parsed from ``book/references.bib``) is appended to the chapter;
+* ``{exercise}`` becomes a heading ``### Exercise 2.1: title``; a gated solution's code cell is
+  collapsed (Colab's form view, ``jupyter.source_hidden`` in JupyterLab/Notebook 7: the code is
+  a click away and still runs, since later cells check it), its markers become one line; a
+  ``{solution}`` or ``dropdown`` written in Markdown becomes ``<details>``;
+* admonitions become block quotes, ``{figure}``/``{image}`` plain images; local images are
+  inlined as ``data:`` URIs, so they show in Colab without the repository being published.
+
+Usage (regenerates the committed edition; a test fails when it is stale)::
+
+    python -m fundamentallm.course colab-edition colab
+
+As a Sphinx extension (listed in ``_config.yml``) it points each page's Colab button at the
+edition (``colab/NN_name.ipynb``) instead of the MyST source.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import mimetypes
+import re
+from pathlib import Path
+
+EDITION_DIR = "colab"
+_DIRECTIVE = re.compile(r"^(\s*)(`{3,}|:{3,})\{([\w-]+)\}[ \t]*(.*)$")
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+_ROLE = re.compile(r"\{([\w:-]+)\}`([^`]+)`")
+_LABELLED_EQ = re.compile(r"\$\$(?P<body>(?:(?!\$\$).)+?)\$\$[ \t]*\((?P<label>[\w:.-]+)\)", re.S)
+_LATEX = {r"{\L}": "Ł", r"{\l}": "ł", r'{\"o}': "ö", r'{\"u}': "ü", r'{\"a}': "ä", r"{\'e}": "é",
+          r"{\'a}": "á", r"{\`e}": "è", r"{\c{c}}": "ç", r"{\ss}": "ß", r"\&": "&"}
+ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention", "danger",
+               "error", "seealso", "admonition"}
+
+
+# --------------------------------------------------------------------------- references.bib
+
+def parse_bib(text: str) -> dict[str, dict[str, str]]:
+    """``@kind{Key, field = {value}, ...}`` entries -> ``{key: {"kind": ..., field: value}}``."""
+    entries = {}
+    for m in re.finditer(r"@(\w+)\s*\{\s*([^,\s]+)\s*,", text):
+        i, depth, fields = m.end(), 1, {"kind": m.group(1).lower()}
+        start = i
+        while depth and i < len(text):  # the entry ends at the brace that closes "@kind{"
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        body = text[start:i - 1]
+        for f in re.finditer(r"(\w+)\s*=\s*", body):
+            j, value = f.end(), ""
+            if body[j] == "{":
+                depth, k = 0, j
+                while True:
+                    depth += {"{": 1, "}": -1}.get(body[k], 0)
+                    k += 1
+                    if depth == 0:
+                        break
+                value = body[j + 1:k - 1]
+            else:
+                value = re.match(r'"?([^",}]*)', body[j:]).group(1)
+            fields.setdefault(f.group(1).lower(), _plain(value))
+        entries[m.group(2)] = fields
+    return entries
+
+
+def _plain(latex: str) -> str:
+    for k, v in _LATEX.items():
+        latex = latex.replace(k, v)
+    return re.sub(r"\s+", " ", latex.replace("{", "").replace("}", "")).strip()
+
+
+def _family_names(entry: dict) -> list[str]:
+    names = [a.strip() for a in entry.get("author", entry.get("title", "?")).split(" and ")]
+    return [a.split(",")[0].strip() if "," in a else a.split()[-1] for a in names if a]
+
+
+def cite_text(entry: dict, textual: bool = False) -> str:
+    """``Vaswani et al., 2017`` (or ``Vaswani et al. (2017)`` when ``textual``), as Jupyter Book's
+    author_year style shows it, with round brackets."""
+    names = _family_names(entry)
+    who = names[0] if len(names) == 1 else (" and ".join(names) if len(names) == 2 else f"{names[0]} et al.")
+    return f"{who} ({entry.get('year', 'n.d.')})" if textual else f"{who}, {entry.get('year', 'n.d.')}"
+
+
+def reference_line(entry: dict) -> str:
+    """One item of a chapter's reference list."""
+    authors = [a.strip() for a in entry.get("author", "").split(" and ") if a.strip()]
+    authors = [" ".join(reversed([p.strip() for p in a.split(",", 1)])) for a in authors]
+    who = ", ".join(authors[:-1]) + " and " + authors[-1] if len(authors) > 1 else "".join(authors)
+    venue = entry.get("journal") or entry.get("booktitle") or entry.get("publisher") or entry.get("institution", "")
+    parts = [f"{who} ({entry.get('year', 'n.d.')}).", f"{entry.get('title', '')}."]
+    if venue:
+        parts.append(f"*{venue}*.")
+    if entry.get("url"):
+        parts.append(f"<{entry['url']}>")
+    return " ".join(p for p in parts if p.strip(". "))
+
+
+# --------------------------------------------------------------------------- numbering
+
+def chapter_number(path: Path) -> int:
+    m = re.match(r"(\d+)_", Path(path).name)
+    if not m:
+        raise ValueError(f"chapter file {path} must be named NN_name.ipynb")
+    return int(m.group(1))
+
+
+def number_targets(chapters: list[Path]) -> dict[str, tuple[str, str]]:
+    """Every equation, exercise and figure label of the book -> (kind, "N.k"), numbered per
+    chapter in reading order, as Sphinx numbers them on the built pages."""
+    import nbformat
+
+    targets: dict[str, tuple[str, str]] = {}
+    for path in chapters:
+        n, counts = chapter_number(path), {"eq": 0, "exercise": 0, "figure": 0}
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "markdown":
+                continue
+            text = _outside_code(cell.source)
+            found = [(m.start(), "eq", m.group(1)) for m in re.finditer(
+                r"\$\$(?:(?!\$\$).)+?\$\$[ \t]*\(([\w:.-]+)\)", text, re.S)]
+            for m in re.finditer(r"^[ \t]*(?:`{3,}|:{3,})\{(exercise|figure)\}.*\n((?:[ \t]*:\w[\w-]*:.*\n)*)",
+                                 text, re.M):
+                label = re.search(r":(?:label|name):\s*(\S+)", m.group(2))
+                found.append((m.start(), m.group(1), label.group(1) if label else None))
+            for _, kind, label in sorted(found, key=lambda f: f[0]):
+                counts[kind] += 1
+                if label:
+                    targets[label] = (kind, f"{n}.{counts[kind]}")
+    return targets
+
+
+def _outside_code(text: str) -> str:
+    """``text`` with the contents of plain code fences blanked (directives are kept)."""
+    out, fence = [], None
+    for line in text.splitlines():
+        m = _FENCE.match(line)
+        if fence is None and m and not _DIRECTIVE.match(line):
+            fence = m.group(1)
+        elif fence is not None and m and line.strip() == fence[0] * len(line.strip()) and len(line.strip()) >= len(fence):
+            fence = None
+        elif fence is not None:
+            line = ""
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- rendering
+
+class Renderer:
+    """Renders the Markdown of one chapter; collects the citation keys it meets."""
+
+    def __init__(self, targets: dict, bib: dict, book_dir: Path):
+        self.targets, self.bib, self.book_dir = targets, bib, Path(book_dir)
+        self.cited: list[str] = []
+
+    def number(self, label: str, kind: str = "") -> str:
+        if label not in self.targets or (kind and self.targets[label][0] != kind):
+            raise ValueError(f"reference to an unknown {kind or 'target'} label {label!r}")
+        return self.targets[label][1]
+
+    def role(self, m: re.Match) -> str:
+        name, content = m.group(1), m.group(2)
+        if name == "eq":
+            return f"({self.number(content.strip(), 'eq')})"
+        if name.startswith("cite"):
+            keys = [k.strip() for k in content.split(",")]
+            missing = [k for k in keys if k not in self.bib]
+            if missing:
+                raise ValueError(f"citation keys {missing} are not in references.bib")
+            self.cited += [k for k in keys if k not in self.cited]
+            if name in ("cite:t", "cite:ts"):
+                return ", ".join(cite_text(self.bib[k], textual=True) for k in keys)
+            return "(" + "; ".join(cite_text(self.bib[k]) for k in keys) + ")"
+        explicit = re.match(r"(.*?)\s*<([^>]+)>$", content, re.S)
+        if explicit:
+            return explicit.group(1)
+        if name in ("ref", "numref") and content in self.targets:
+            kind, num = self.targets[content]
+            return {"eq": f"eq. ({num})", "exercise": f"Exercise {num}", "figure": f"Figure {num}"}[kind]
+        return content
+
+    def image(self, path: str) -> str:
+        """A local image as a ``data:`` URI (Colab shows it with no repository to fetch from)."""
+        if re.match(r"[a-z]+:", path):
+            return path
+        file = (self.book_dir / path).resolve()
+        if not file.is_file():
+            raise ValueError(f"image {path!r} not found under {self.book_dir}")
+        mime = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+        return f"data:{mime};base64,{base64.b64encode(file.read_bytes()).decode('ascii')}"
+
+    def markdown(self, text: str) -> str:
+        text = self.blocks(text)
+        text = _LABELLED_EQ.sub(lambda m: f"$${m.group('body').rstrip()}\n\\tag{{{self.number(m.group('label'), 'eq')}}}\n$$", text)
+        lines, fence = [], None
+        for line in text.splitlines():  # roles, targets and images outside code fences only
+            m = _FENCE.match(line)
+            if fence is None and m:
+                fence = m.group(1)
+            elif fence is not None and m and len(line.strip()) >= len(fence) and set(line.strip()) == {fence[0]}:
+                fence = None
+            elif fence is None:
+                if re.match(r"^\([\w:.-]+\)=\s*$", line):
+                    continue
+                line = _ROLE.sub(self.role, line)
+                line = re.sub(r"(!\[[^\]]*\]\()([^)\s]+)", lambda g: g.group(1) + self.image(g.group(2)), line)
+                line = re.sub(r'(<img\b[^>]*\bsrc=")([^"]+)', lambda g: g.group(1) + self.image(g.group(2)), line)
+            lines.append(line)
+        return "\n".join(lines)
+
+    def blocks(self, text: str) -> str:
+        """Replace each MyST directive (``:::{name}`` or ````` ```{name} `````) by plain Markdown."""
+        lines, out, i = text.splitlines(), [], 0
+        while i < len(lines):
+            m = _DIRECTIVE.match(lines[i])
+            if not m:
+                out.append(lines[i])
+                i += 1
+                continue
+            fence = m.group(2)
+            j = next((k for k in range(i + 1, len(lines)) if lines[k].strip()
+                      and set(lines[k].strip()) == {fence[0]} and len(lines[k].strip()) >= len(fence)), len(lines))
+            body, options = lines[i + 1:j], {}
+            while body and re.match(r"^\s*:(\w[\w-]*):(.*)$", body[0]):
+                key, value = re.match(r"^\s*:(\w[\w-]*):(.*)$", body.pop(0)).groups()
+                options[key] = value.strip()
+            out.extend(self.directive(m.group(3), m.group(4).strip(), options, "\n".join(body).strip("\n")).splitlines())
+            i = j + 1
+        return "\n".join(out)
+
+    def directive(self, name: str, arg: str, options: dict, body: str) -> str:
+        body = self.blocks(body)
+        if name == "exercise":
+            num = self.number(options["label"], "exercise") if "label" in options else "?"
+            return f"### Exercise {num}" + (f": {arg}" if arg else "") + f"\n\n{body}"
+        if name in ("solution-start", "solution-end"):
+            return ""  # the gated markers: handled cell by cell in render_notebook
+        if name == "solution" or name == "dropdown" or options.get("class", "") == "dropdown":
+            title = (f"Solution to Exercise {self.number(arg, 'exercise')}" if name == "solution" and arg in self.targets
+                     else arg or name.capitalize())
+            return f"<details>\n<summary>{title}</summary>\n\n{body}\n\n</details>"
+        if name in ("figure", "image"):
+            alt = options.get("alt", "figure")
+            md = f"![{alt}]({arg})"
+            if name == "figure" and body:
+                label = options.get("name")
+                num = f"Figure {self.targets[label][1]}: " if label in self.targets else ""
+                md += f"\n\n*{num}{body}*"
+            return md
+        if name == "math":
+            tag = f"\n\\tag{{{self.number(options['label'], 'eq')}}}" if options.get("label") in self.targets else ""
+            return f"$$\n{body}{tag}\n$$"
+        if name in ADMONITIONS:
+            title = arg if name == "admonition" else name.capitalize() + (f": {arg}" if arg else "")
+            quoted = "\n".join("> " + line if line else ">" for line in body.splitlines())
+            return f"> **{title}**\n>\n{quoted}"
+        return body
+
+
+def _cell_id(base: str, suffix: str) -> str:
+    return f"{base}-{suffix}"[:64]
+
+
+def render_notebook(path: Path, targets: dict, bib: dict) -> dict:
+    """The Colab/Jupyter edition of one chapter, as a notebook dict (nbformat 4 JSON)."""
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    renderer = Renderer(targets, bib, Path(path).parent)
+    n, cells, solution = chapter_number(path), [], None
+    for cell in nb["cells"]:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "markdown":
+            start = re.search(r"\{solution-start\}\s*(\S+)", source)
+            if start:
+                solution = start.group(1)
+                source = (f"**Solution to Exercise {renderer.number(solution, 'exercise')}** (the next cell, "
+                          "collapsed: try the exercise first; run the cell either way, the check below uses it)")
+            elif "{solution-end}" in source:
+                solution = None
+                continue
+            else:
+                source = renderer.markdown(source)
+            if not cells:
+                source = re.sub(r"^# ", f"# {n}. ", source, count=1)
+        elif solution is not None:
+            cell = dict(cell, metadata=dict(cell.get("metadata", {}), cellView="form",
+                                            jupyter={"source_hidden": True}))
+            source = f"# @title Solution to Exercise {renderer.number(solution, 'exercise')}\n" + source
+        lines = source.splitlines(keepends=True)
+        cells.append(dict(cell, source=lines))
+    if renderer.cited:
+        refs = sorted(renderer.cited, key=lambda k: (_family_names(bib[k])[0], bib[k].get("year", "")))
+        text = "## References\n\n" + "\n".join(f"- {reference_line(bib[k])}" for k in refs)
+        cells.append({"cell_type": "markdown", "id": _cell_id(f"c{n:02d}", "references"), "metadata": {},
+                      "source": text.splitlines(keepends=True)})
+    note = (f"*The Colab/Jupyter edition of chapter {n}, generated from `book/{Path(path).name}` by "
+            f"`python -m fundamentallm.course colab-edition {EDITION_DIR}`: edit the book, not this file.*")
+    cells.insert(1, {"cell_type": "markdown", "id": _cell_id(f"c{n:02d}", "edition"), "metadata": {},
+                     "source": [note]})
+    return dict(nb, cells=cells)
+
+
+def _toc_chapters(root: Path) -> list[Path]:
+    toc = (root / "_toc.yml").read_text(encoding="utf-8")
+    files = re.findall(r"^\s*-?\s*file:\s*(\S+)\s*$", toc, flags=re.M)
+    return [root / f"{f}.ipynb" for f in files if (root / f"{f}.ipynb").exists()]
+
+
+def render_edition(root: Path = Path(".")) -> dict[str, str]:
+    """Every chapter of the toc -> ``{file name: notebook JSON text}``, as written to disk."""
+    root = Path(root)
+    chapters = _toc_chapters(root)
+    numbers = [chapter_number(p) for p in chapters]
+    if numbers != list(range(1, len(chapters) + 1)):
+        # Jupyter Book numbers chapters by their place in _toc.yml; the edition by file name
+        raise ValueError(f"the toc's chapters must be numbered 1..N in order by their file names; got {numbers}")
+    bib = parse_bib((root / "book" / "references.bib").read_text(encoding="utf-8"))
+    targets = number_targets(chapters)
+    return {p.name: json.dumps(render_notebook(p, targets, bib), indent=1, ensure_ascii=False) + "\n"
+            for p in chapters}
+
+
+def colab_edition(out_dir: Path, root: Path = Path(".")) -> list[Path]:
+    """Write the edition to ``out_dir`` (replacing its notebooks); returns the written paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rendered = render_edition(root)
+    for old in out_dir.glob("*.ipynb"):
+        if old.name not in rendered:
+            old.unlink()
+    written = []
+    for name, text in rendered.items():
+        (out_dir / name).write_text(text, encoding="utf-8")
+        written.append(out_dir / name)
+    return written
+
+
+# --------------------------------------------------------------------------- Sphinx: the Colab button
+
+def _colab_button(app, pagename, templatename, context, doctree):
+    """Point the launch menu's Colab link of a chapter at its Colab/Jupyter edition."""
+    for group in context.get("header_buttons", []):
+        for button in group.get("buttons", []) if isinstance(group, dict) else []:
+            if button.get("text") == "Colab" and pagename.startswith("book/"):
+                button["url"] = re.sub(r"/blob/([^/]+)/(?:.*/)?book/([^/]+\.ipynb)$",
+                                       rf"/blob/\1/{EDITION_DIR}/\2", button["url"])
+
+
+def setup(app):
+    # after sphinx-book-theme's add_launch_buttons (priority 501)
+    app.connect("html-page-context", _colab_button, priority=502)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,167 @@
+"""The Colab/Jupyter edition (fundamentallm/course/colab.py): up to date with book/, free of MyST,
+numbered as the book pages are, and executable."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from fundamentallm.course import main
+from fundamentallm.course.colab import (
+    EDITION_DIR,
+    Renderer,
+    _colab_button,
+    cite_text,
+    number_targets,
+    parse_bib,
+    reference_line,
+    render_edition,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EDITION = ROOT / EDITION_DIR
+REGENERATE = f"python -m fundamentallm.course colab-edition {EDITION_DIR}"
+MYST = [r"\{eq\}`", r"\{cite(:\w+)?\}`", r"\{(ref|numref|doc)\}`", r"^\s*(`{3,}|:{3,})\{[\w-]+\}",
+        r"\$\$\s*\([\w:.-]+\)", r"^\([\w:.-]+\)=\s*$", r"^\s*:(label|class|name):"]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, str]:
+    return render_edition(ROOT)
+
+
+def test_edition_is_up_to_date(rendered):
+    """The committed edition equals what the generator writes now: edit book/, then regenerate."""
+    committed = {p.name: p.read_text(encoding="utf-8") for p in EDITION.glob("*.ipynb")}
+    assert committed.keys() == rendered.keys(), f"colab/ lists other chapters than _toc.yml; run `{REGENERATE}`"
+    stale = sorted(name for name, text in rendered.items() if committed[name] != text)
+    assert not stale, f"colab/ is stale for {stale}: run `{REGENERATE}`"
+
+
+def test_no_myst_markup_is_left(rendered):
+    for name, text in rendered.items():
+        nb = nbformat.reads(text, as_version=4)
+        assert not [c for c in nb.cells if c.cell_type == "code" and c.get("outputs")], name
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "markdown":
+                continue
+            for pattern in MYST:
+                m = re.search(pattern, cell.source, flags=re.M)
+                assert not m, f"{name} cell {i}: MyST markup {m.group(0)!r} left in the edition"
+
+
+def test_numbers_follow_the_book(rendered):
+    """Chapter 2's first equation is (2.1) and its first exercise 2.1, as on the built page."""
+    nb = json.loads(rendered["02_attention_by_hand.ipynb"])
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert text.startswith("# 2. ")
+    assert "\\tag{2.1}" in text and "eq. (2.1)" in text
+    assert "### Exercise 2.1: " in text
+    assert "(Vaswani et al., 2017)" in text and nb["cells"][-1]["source"][0] == "## References\n"
+    ids = [c["id"] for c in nb["cells"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_solutions_are_collapsed_but_kept(rendered):
+    nb = json.loads(rendered["02_attention_by_hand.ipynb"])
+    hidden = [c for c in nb["cells"] if c["metadata"].get("jupyter", {}).get("source_hidden")]
+    assert hidden and all(c["metadata"].get("cellView") == "form" for c in hidden)
+    assert all("".join(c["source"]).startswith("# @title Solution to Exercise 2.") for c in hidden)
+
+
+BIB = """
+@article{Ba2016, author = {Ba, Jimmy Lei and Kiros, Jamie Ryan and Hinton, Geoffrey E.},
+  title = {Layer {N}ormalization}, journal = {arXiv}, year = {2016}}
+@inproceedings{Zhang2019, author = {Zhang, Biao and Sennrich, Rico}, title = {RMS}, booktitle = {NeurIPS}, year = 2019}
+@misc{Kaiser2020, author = {Kaiser, {\\L}ukasz}, title = {One}, year = {2020}, url = {https://example.org}}
+"""
+
+
+def test_bibliography_and_citations():
+    bib = parse_bib(BIB)
+    assert set(bib) == {"Ba2016", "Zhang2019", "Kaiser2020"}
+    assert bib["Ba2016"]["title"] == "Layer Normalization" and bib["Zhang2019"]["year"] == "2019"
+    assert cite_text(bib["Ba2016"]) == "Ba et al., 2016"
+    assert cite_text(bib["Zhang2019"], textual=True) == "Zhang and Sennrich (2019)"
+    assert cite_text(bib["Kaiser2020"]) == "Kaiser, 2020"
+    assert reference_line(bib["Kaiser2020"]) == "Łukasz Kaiser (2020). One. <https://example.org>"
+
+
+def _chapter(tmp_path: Path, cells: list[str]) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(s) for s in cells]
+    path = tmp_path / "book" / "05_x.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_renderer_on_each_construct(tmp_path):
+    (tmp_path / "book" / "images").mkdir(parents=True)
+    (tmp_path / "book" / "images" / "d.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
+    path = _chapter(tmp_path, [
+        "# T", "$$\na = b\n$$ (e-one)\n\n$$ c $$\n\n$$\nd\n$$ (e-two)",
+        ":::{exercise} Do it\n:label: ex-a\n\nProve {eq}`e-two` and {eq}`e-one`.\n:::",
+        "```{figure} images/d.svg\n:name: fig-d\n:alt: a diagram\n\nThe caption.\n```\n\nSee {numref}`fig-d`.",
+        ":::{note}\nMind {cite}`Ba2016,Zhang2019`.\n:::", "(a-target)=\n![x](images/d.svg)",
+        "```python\n{eq}`not-a-role`\n```"])
+    targets = number_targets([path])
+    assert targets == {"e-one": ("eq", "5.1"), "e-two": ("eq", "5.2"), "ex-a": ("exercise", "5.1"),
+                       "fig-d": ("figure", "5.1")}
+    r = Renderer(targets, parse_bib(BIB), path.parent)
+    cells = [r.markdown(c.source) for c in nbformat.read(path, as_version=4).cells]
+    assert cells[1] == "$$\na = b\n\\tag{5.1}\n$$\n\n$$ c $$\n\n$$\nd\n\\tag{5.2}\n$$"
+    assert cells[2] == "### Exercise 5.1: Do it\n\nProve (5.2) and (5.1)."
+    assert cells[3].startswith("![a diagram](data:image/svg+xml;base64,")
+    assert cells[3].endswith("*Figure 5.1: The caption.*\n\nSee Figure 5.1.")
+    assert cells[4] == "> **Note**\n>\n> Mind (Ba et al., 2016; Zhang and Sennrich, 2019)."
+    assert cells[5].startswith("![x](data:image/svg+xml;base64,") and "a-target" not in cells[5]
+    assert cells[6] == "```python\n{eq}`not-a-role`\n```"
+    with pytest.raises(ValueError, match="unknown eq label 'nope'"):
+        r.markdown("{eq}`nope`")
+    with pytest.raises(ValueError, match="not in references.bib"):
+        r.markdown("{cite}`Nobody1999`")
+
+
+def test_command_writes_the_edition(tmp_path, capsys):
+    root = tmp_path / "repo"
+    (root / "book").mkdir(parents=True)
+    for name in ("_toc.yml",):
+        shutil.copy(ROOT / name, root / name)
+    shutil.copy(ROOT / "book" / "references.bib", root / "book")
+    shutil.copy(ROOT / "book" / "01_why_attention.ipynb", root / "book")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "99_removed.ipynb").write_text("{}")
+    assert main(["colab-edition", str(tmp_path / "out"), "--root", str(root)]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["01_why_attention.ipynb"]
+    assert "wrote 1 Colab/Jupyter notebooks" in capsys.readouterr().out
+
+
+def test_colab_button_opens_the_edition():
+    base = "https://colab.research.google.com/github/o/r/blob/main/"
+    context = {"header_buttons": [{"label": "launch-buttons", "buttons": [
+        {"text": "Binder", "url": "https://mybinder.org/v2/gh/o/r/main?urlpath=lab/tree/book/02_x.ipynb"},
+        {"text": "Colab", "url": base + "book/02_x.ipynb"}]}]}
+    _colab_button(None, "book/02_x", "page.html", context, None)
+    buttons = context["header_buttons"][0]["buttons"]
+    assert buttons[1]["url"] == base + "colab/02_x.ipynb"
+    assert buttons[0]["url"].endswith("book/02_x.ipynb")  # Binder opens the MyST source in JupyterLab
+
+
+def test_config_lists_the_extension():
+    assert "fundamentallm.course.colab" in (ROOT / "_config.yml").read_text()
+
+
+def test_a_generated_notebook_executes(tmp_path):
+    """Chapter 2's edition runs end to end outside the repository (about 10-30 s)."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(EDITION / "02_attention_by_hand.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
