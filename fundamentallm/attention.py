@@ -239,10 +239,12 @@ class MultiHeadAttention(nn.Module):
             if mask.dtype != torch.bool:
                 mask = mask.to(q.dtype)
         use_sdpa = self.use_sdpa and not return_weights
+        groups = self.num_heads // self.num_kv_heads
         is_causal = False
         if self.causal and T == 1 and (self.sliding_window is None or T_k <= self.sliding_window):
             pass  # one query, at the newest position, every key within reach: nothing to mask
-        elif self.causal and use_sdpa and mask is None and start_pos == 0 and self.sliding_window is None:
+        elif self.causal and use_sdpa and mask is None and start_pos == 0 and self.sliding_window is None \
+                and groups == 1:
             is_causal = True  # no cache offset: the fused kernel applies the causal mask itself
         elif self.causal:
             allowed = allowed_keys(T, T_k, start_pos, self.sliding_window, device=x.device)  # (T, T_k)
@@ -252,15 +254,22 @@ class MultiHeadAttention(nn.Module):
                 mask = mask & allowed
             else:
                 mask = mask.masked_fill(~allowed, float("-inf"))
+        if groups > 1:
+            # Grouped-query attention without copying keys/values: the `groups` query heads that
+            # share a key/value head are stacked along the query axis, (B, H, T, D) ->
+            # (B, H_kv, groups·T, D), so each cached key is read once per group, not once per head.
+            q = q.reshape(B, self.num_kv_heads, groups * T, self.head_dim)
+            if mask is not None:
+                m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B|1, H|1, T|1, T_k)
+                m = m.expand(m.shape[0], self.num_heads, T, T_k)
+                mask = m.reshape(m.shape[0], self.num_kv_heads, groups * T, T_k)
         p = self.dropout if self.training else 0.0
-        groups = self.num_heads // self.num_kv_heads
         if use_sdpa:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal,
-                                               enable_gqa=groups > 1)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
             weights = None
         else:
-            if groups > 1:  # each key/value head serves `groups` consecutive query heads
-                k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, T_k, D)
             y, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p, return_weights=True)
+            weights = weights.view(B, self.num_heads, T, T_k)
+        y = y.view(B, self.num_heads, T, self.head_dim)  # undo the stacking (a no-op without groups)
         y = self.out_proj(self.merge_heads(y))  # (B, T, C)
         return (y, weights) if return_weights else y
