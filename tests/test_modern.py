@@ -199,3 +199,18 @@ def test_kv_cache_constructor_errors():
         MoEFeedForward(8, 8, num_experts=1)
     with pytest.raises(ValueError, match="top_k"):
         MoEFeedForward(8, 8, num_experts=2, top_k=3)
+
+
+def test_modern_config_checkpoint_roundtrip(tmp_path):
+    from fundamentallm import load_checkpoint, save_checkpoint
+
+    cfg = _cfg(num_kv_heads=2, sliding_window=6, rope_scaling=dict(LLAMA3), qkv_bias=True, moe_experts=3)
+    torch.manual_seed(7)
+    model = Transformer(cfg).eval()
+    save_checkpoint(tmp_path / "ckpt", model, config=cfg)
+    loaded = load_checkpoint(tmp_path / "ckpt")
+    assert loaded.config == cfg
+    other = Transformer(loaded.config).eval()
+    load_checkpoint(tmp_path / "ckpt", model=other)
+    ids = torch.randint(0, 31, (2, 10), generator=torch.Generator().manual_seed(8))
+    torch.testing.assert_close(other(ids)[0], model(ids)[0])
