@@ -1,17 +1,23 @@
-"""Generation speed: tokens/s with and without the KV cache, next to Hugging Face's GPT-2.
+"""Generation speed: tokens/s with and without the KV cache, next to Hugging Face's ``generate``.
 
-Two sizes, batch 1, greedy decoding from a 16-token prompt, random weights (nothing downloaded):
+Batch 1, greedy decoding from a 16-token prompt, random weights (nothing downloaded):
 
 * ``tiny``: ``TransformerConfig.preset("tiny")`` (d_model 256, 6 layers, 8 heads, vocab 256),
   500 new tokens (``max_seq_len`` raised to 1024 so that prompt + 500 tokens fit);
-* ``gpt2``: ``TransformerConfig.preset("gpt2")`` (GPT-2 small, 124M parameters), 200 new tokens.
+* ``gpt2``: ``TransformerConfig.preset("gpt2")`` (GPT-2 small, 124M parameters), 200 new tokens;
+* ``tiny-gqa``: a Llama-architecture model of the tiny size with 2 key/value heads for 8 query
+  heads (grouped-query attention), 500 new tokens;
+* ``llama-gqa``: Llama-3.2-1B-shaped (d_model 2048, 32 query and 8 key/value heads of size 64,
+  d_ff 8192, RoPE base 500000 with Llama 3 scaling, untied) with 4 of its 16 layers and a 32000
+  vocabulary instead of 128256, so that two copies fit a shared CPU machine, 100 new tokens.
 
-Both models get the same random weights (``fundamentallm.interop.from_hf_gpt2``). Each size is
-measured with ``fundamentallm.generation.generate`` (GPT-2 architecture with
-``attn_impl="sdpa"``; ``use_cache=True`` and ``False`` on a model prepared with
-``optimize_for_decoding``, and ``use_cache=True`` on one with nn.Linear's default weight layout) and with
-``transformers.GPT2LMHeadModel(GPT2Config(...)).generate`` of the same shape (``do_sample=False``,
-``min_new_tokens`` = ``max_new_tokens`` so it never stops early). Implementations are interleaved
+Both models of a size get the same random weights (``fundamentallm.interop.from_hf_gpt2`` /
+``from_hf_llama``). Each size is measured with ``fundamentallm.generation.generate``
+(``attn_impl="sdpa"``; ``use_cache=True`` and ``False`` on a model prepared with
+``optimize_for_decoding``, and ``use_cache=True`` on one with nn.Linear's default weight layout)
+and with the Hugging Face model's ``generate`` (``GPT2LMHeadModel`` or ``LlamaForCausalLM``;
+``do_sample=False``, ``min_new_tokens`` = ``max_new_tokens`` so it never stops early). The KV
+cache's bytes per token are reported (ours stores only the key/value heads, as HF's does). Implementations are interleaved
 in each repetition so that a change in machine load hits them alike; the figure is the median.
 
 Run:  python benchmarks/generation.py [--repeats 3] [--sizes tiny gpt2]
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import statistics
@@ -32,13 +39,35 @@ import torch
 from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.__main__ import positive_int
 from fundamentallm.generation import generate, optimize_for_decoding
-from fundamentallm.interop import from_hf_gpt2
+from fundamentallm.interop import from_hf_gpt2, from_hf_llama
 
 SIZES = {
     "tiny": dict(preset="tiny", overrides=dict(max_seq_len=1024), new_tokens=500),
     "gpt2": dict(preset="gpt2", overrides=dict(), new_tokens=200),
+    "tiny-gqa": dict(llama=dict(vocab_size=256, hidden_size=256, intermediate_size=688, num_hidden_layers=6,
+                                num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024),
+                     new_tokens=500),
+    "llama-gqa": dict(llama=dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=4,
+                                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=1024,
+                                 rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                  "original_max_position_embeddings": 8192}),
+                      new_tokens=100),
 }
 PROMPT_LEN = 16
+
+
+def build_llama_pair(size: str):
+    """(ours, hf) for a Llama-architecture size: HF's model from a config, ours imported from it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(LlamaConfig(**SIZES[size]["llama"], tie_word_embeddings=False, bos_token_id=0,
+                                      eos_token_id=0, pad_token_id=0)).eval()
+    imported = from_hf_llama(hf)
+    ours = Transformer(dataclasses.replace(imported.config, attn_impl="sdpa")).eval()
+    ours.load_state_dict(imported.state_dict())
+    return ours, hf
 
 
 def build_ours(size: str) -> Transformer:
@@ -62,11 +91,14 @@ def build_hf(config: TransformerConfig):
 
 
 def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_repeats: int) -> dict:
-    ours = build_ours(size)
-    hf = build_hf(ours.config)
-    # The same weights in both models (fundamentallm.interop maps HF's names and layouts), so the
-    # two run exactly the same computation.
-    ours.load_state_dict(from_hf_gpt2(hf).state_dict())
+    if "llama" in SIZES[size]:
+        ours, hf = build_llama_pair(size)
+    else:
+        ours = build_ours(size)
+        hf = build_hf(ours.config)
+        # The same weights in both models (fundamentallm.interop maps HF's names and layouts), so
+        # the two run exactly the same computation.
+        ours.load_state_dict(from_hf_gpt2(hf).state_dict())
     # A second copy with the decoding layout (wide weights column-major); ``ours`` keeps
     # nn.Linear's default layout, so the table shows what the layout alone is worth.
     fast = optimize_for_decoding(copy.deepcopy(ours))
@@ -122,7 +154,13 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
     same_as_hf = torch.equal(outputs["ours_cache"], outputs["hf_cache"])  # near-ties may flip an argmax
     result = {"size": size, "params": ours.num_parameters(),
               "hf_params": sum(p.numel() for p in hf.parameters()),
-              "new_tokens": n, "prompt_len": PROMPT_LEN, "same_tokens_as_hf": same_as_hf}
+              "new_tokens": n, "prompt_len": PROMPT_LEN, "same_tokens_as_hf": same_as_hf,
+              "num_heads": ours.config.num_heads, "num_kv_heads": ours.config.kv_heads,
+              # K and V of every layer for one position, batch 1 (HF's cache stores the same per
+              # token; ours is allocated for max_seq_len positions up front)
+              "kv_cache_bytes_per_token": ours.make_kv_cache(1).bytes_per_token(),
+              "kv_cache_bytes_if_mha": ours.make_kv_cache(1).bytes_per_token() * ours.config.num_heads
+              // ours.config.kv_heads}
     for name, ts in times.items():
         med = statistics.median(ts)
         result[f"{name}_tok_s"] = round(n / med, 2)
@@ -173,13 +211,15 @@ def main() -> None:
                        args.repeats if size == "tiny" else args.gpt2_recompute_repeats)
         results.append(r)
         rec = "ours_recompute_tok_s" in r
-        print(f"{size:5s} params={r['params'] / 1e6:.2f}M new_tokens={r['new_tokens']}: "
+        print(f"{size:5s} params={r['params'] / 1e6:.2f}M new_tokens={r['new_tokens']} "
+              f"KV cache {r['kv_cache_bytes_per_token'] / 1024:.0f} KiB/token "
+              f"({r['num_kv_heads']} of {r['num_heads']} heads; MHA {r['kv_cache_bytes_if_mha'] / 1024:.0f}): "
               f"decoding layout: cache {r['ours_cache_tok_s']:.1f} tok/s"
               + (f", recompute {r['ours_recompute_tok_s']:.1f} (x{r['cache_speedup']})" if rec else "")
               + f" | default layout: cache {r['ours_cache_default_layout_tok_s']:.1f} tok/s"
               + (f", recompute {r['ours_recompute_default_layout_tok_s']:.1f} "
                  f"(x{r['cache_speedup_default_layout']})" if rec else "")
-              + f" | HF GPT2 {r['hf_cache_tok_s']:.1f} tok/s (ours/HF {r['vs_hf']}, "
+              + f" | HF {r['hf_cache_tok_s']:.1f} tok/s (ours/HF {r['vs_hf']}, "
               f"default layout/HF {r['default_layout_vs_hf']})", flush=True)
     out = {"benchmark": "generation", "results": results, "threads": torch.get_num_threads(),
            "torch": torch.__version__, "transformers": transformers.__version__,

@@ -18,11 +18,13 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "KVCache": "attention", "MultiHeadAttention": "attention", "causal_mask": "attention",
     "padding_mask": "attention", "scaled_dot_product_attention": "attention",
+    "sliding_window_mask": "attention",
     "load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
     "TransformerConfig": "config",
     "TextDataset": "data", "digit_operations": "data", "load_corpus": "data", "train_val_split": "data",
     "FeedForward": "feedforward",
     "Transformer": "model", "TransformerBlock": "model", "TransformerClassifier": "model",
+    "MoEFeedForward": "moe", "load_balancing_loss": "moe",
     "LayerNorm": "norms", "RMSNorm": "norms",
     "LearnedPositionalEncoding": "positions", "RotaryEmbedding": "positions",
     "SinusoidalPositionalEncoding": "positions", "create_positional_encoding": "positions",
@@ -34,7 +36,7 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 _SUBMODULES = ("attention", "checkpoint", "checks", "config", "course", "data", "distributed",
-               "feedforward", "generation", "gradcheck", "interop", "model", "norms", "positions",
+               "feedforward", "generation", "gradcheck", "interop", "model", "moe", "norms", "positions",
                "registry", "tokenizers", "training", "utils", "viz")
 
 

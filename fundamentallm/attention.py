@@ -80,35 +80,75 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return (out, weights) if return_weights else out
 
 
-class KVCache:
-    """Pre-allocated keys and values of one attention layer, for generation.
+def sliding_window_mask(seq_len: int, window: int, device: Optional[torch.device] = None) -> torch.Tensor:
+    """Boolean ``(T, T)``: token t sees tokens ``t - window + 1 .. t`` (itself and ``window - 1``
+    before it), the local causal attention of Mistral (Jiang et al. 2023)."""
+    return causal_mask(seq_len, device=device).triu(diagonal=-(window - 1))
 
-    During decoding each new token's key and value are appended, so a step costs O(T) instead of
-    recomputing all T keys and values. ``k`` and ``v`` are ``(B, H, max_seq_len, D)``; the first
-    ``length`` positions are filled.
+
+def allowed_keys(num_queries: int, num_keys: int, start: int, window: Optional[int] = None,
+                 device: Optional[torch.device] = None) -> torch.Tensor:
+    """Boolean ``(T_q, T_k)``: query i sits at absolute position ``start + i`` and may see key j
+    when ``j <= start + i`` (causal) and, with a window, ``start + i - j < window``."""
+    allowed = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(diagonal=start)
+    if window is not None:
+        allowed = allowed.triu(diagonal=start - window + 1)
+    return allowed
+
+
+class KVCache:
+    """The keys and values of every attention layer of a model, pre-allocated, for generation.
+
+    During decoding each new token's keys and values are appended, so a step costs O(T) instead
+    of recomputing all T keys and values. ``k`` and ``v`` are ``(num_layers, B, H_kv, max_seq_len,
+    D)``: with grouped-query attention only the ``H_kv`` key/value heads are stored. The first
+    ``length`` positions are filled in every layer.
+
+    One forward pass reads ``length`` once (the position offset of its tokens), each layer
+    :meth:`write`s its new keys/values at that offset, and the model calls :meth:`advance` once
+    at the end.
     """
 
-    def __init__(self, batch_size: int, num_heads: int, head_dim: int, max_seq_len: int,
-                 device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32) -> None:
-        shape = (batch_size, num_heads, max_seq_len, head_dim)
+    def __init__(self, batch_size: int, num_kv_heads: int, head_dim: int, max_seq_len: int,
+                 num_layers: int = 1, device: Optional[torch.device] = None,
+                 dtype: torch.dtype = torch.float32) -> None:
+        for name, value in (("batch_size", batch_size), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                            ("max_seq_len", max_seq_len), ("num_layers", num_layers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+        shape = (num_layers, batch_size, num_kv_heads, max_seq_len, head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.max_seq_len = max_seq_len
+        self.num_layers, self.max_seq_len = num_layers, max_seq_len
         self.length = 0
 
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append ``(B, H, T, D)`` keys/values; return all cached ones ``(B, H, length, D)``."""
+    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store layer ``layer``'s ``(B, H_kv, T, D)`` keys/values at positions ``start..start+T-1``;
+        return that layer's keys/values for positions ``0..start+T-1``: ``(B, H_kv, start + T, D)``."""
         B, H, T, D = k.shape
-        if (B, H, D) != (self.k.shape[0], self.k.shape[1], self.k.shape[3]):
-            raise ValueError(f"KV cache holds (B, H, D) = {(self.k.shape[0], self.k.shape[1], self.k.shape[3])}, "
-                             f"got keys of shape {tuple(k.shape)}")
-        if self.length + T > self.max_seq_len:
-            raise ValueError(f"KV cache overflow: {self.length} cached + {T} new positions > "
+        held = (self.k.shape[1], self.k.shape[2], self.k.shape[4])
+        if (B, H, D) != held:
+            raise ValueError(f"KV cache holds (B, H_kv, D) = {held}, got keys of shape {tuple(k.shape)}")
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer={layer} is outside the cache's {self.num_layers} layers")
+        if start + T > self.max_seq_len:
+            raise ValueError(f"KV cache overflow: {start} cached + {T} new positions > "
                              f"max_seq_len={self.max_seq_len}")
-        self.k[:, :, self.length:self.length + T] = k
-        self.v[:, :, self.length:self.length + T] = v
-        self.length += T
-        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+        self.k[layer, :, :, start:start + T] = k
+        self.v[layer, :, :, start:start + T] = v
+        return self.k[layer, :, :, :start + T], self.v[layer, :, :, :start + T]
+
+    def advance(self, num_tokens: int) -> None:
+        """Mark ``num_tokens`` more positions as filled (after every layer has written them)."""
+        if self.length + num_tokens > self.max_seq_len:
+            raise ValueError(f"KV cache overflow: {self.length} cached + {num_tokens} new positions > "
+                             f"max_seq_len={self.max_seq_len}")
+        self.length += num_tokens
+
+    def bytes_per_token(self) -> int:
+        """Memory one position costs: 2 (K and V) · layers · B · H_kv · D · bytes per element."""
+        L, B, H, _, D = self.k.shape
+        return 2 * L * B * H * D * self.k.element_size()
 
     def reset(self) -> None:
         self.length = 0
@@ -121,31 +161,49 @@ class MultiHeadAttention(nn.Module):
     per-head weights ``(B, H, T, T_k)``. ``fused_qkv`` keeps Q, K, V in one ``qkv`` linear layer
     (GPT-2, ``nn.MultiheadAttention``) instead of ``q_proj``/``k_proj``/``v_proj`` (LLaMA).
     ``use_sdpa=True`` opts into ``F.scaled_dot_product_attention`` (tested equal to the explicit path).
+
+    Modern options: ``num_kv_heads`` < ``num_heads`` is grouped-query attention (Ainslie et al.
+    2023; 1 = multi-query, Shazeer 2019): query head h uses key/value head
+    ``h // (num_heads // num_kv_heads)``; ``qkv_bias`` (default ``bias``) sets the Q/K/V biases
+    alone; ``sliding_window=W`` lets each query see only itself and the ``W - 1`` keys before it.
+    With a :class:`KVCache`, the new tokens sit at positions ``start_pos..`` and their keys and
+    values are written to the cache's layer ``layer``; the caller advances the cache.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  causal: bool = False, fused_qkv: bool = True, rope: Optional[RotaryEmbedding] = None,
-                 use_sdpa: bool = False) -> None:
+                 use_sdpa: bool = False, num_kv_heads: Optional[int] = None, qkv_bias: Optional[bool] = None,
+                 sliding_window: Optional[int] = None) -> None:
         super().__init__()
         if not isinstance(num_heads, int) or num_heads < 1 or d_model % num_heads != 0:
             raise ValueError(f"num_heads={num_heads} must be a positive integer dividing d_model={d_model}")
+        kv = num_heads if num_kv_heads is None else num_kv_heads
+        if isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or num_heads % kv != 0:
+            raise ValueError(f"num_kv_heads={num_kv_heads!r} must be a positive integer dividing num_heads={num_heads}")
+        if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int)
+                                           or sliding_window < 1 or not causal):
+            raise ValueError(f"sliding_window={sliding_window!r} must be None or an integer >= 1, "
+                             f"with causal=True")
         self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.num_kv_heads, self.sliding_window = kv, sliding_window
         self.dropout, self.causal, self.use_sdpa = dropout, causal, use_sdpa
+        qkv_bias = bias if qkv_bias is None else qkv_bias
+        kv_dim = kv * self.head_dim
         if fused_qkv:
-            self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+            self.qkv = nn.Linear(d_model, d_model + 2 * kv_dim, bias=qkv_bias)
         else:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.q_proj = nn.Linear(d_model, d_model, bias=qkv_bias)
+            self.k_proj = nn.Linear(d_model, kv_dim, bias=qkv_bias)
+            self.v_proj = nn.Linear(d_model, kv_dim, bias=qkv_bias)
         self.fused_qkv = fused_qkv
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         # Shared with the other layers, so not registered as a submodule here.
         self._rope = [rope] if rope is not None else []
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, C) -> (B, H, T, D)"""
-        B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+        """(B, T, H·D) -> (B, H, T, D), for any number of heads H."""
+        B, T, C = x.shape
+        return x.view(B, T, C // self.head_dim, self.head_dim).transpose(1, 2)
 
     @staticmethod
     def merge_heads(x: torch.Tensor) -> torch.Tensor:
@@ -153,46 +211,65 @@ class MultiHeadAttention(nn.Module):
         B, H, T, D = x.shape
         return x.transpose(1, 2).contiguous().view(B, T, H * D)
 
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, T, C) -> q (B, H, T, D), k and v (B, H_kv, T, D)."""
+        if self.fused_qkv:
+            kv_dim = self.num_kv_heads * self.head_dim
+            q, k, v = self.qkv(x).split([self.d_model, kv_dim, kv_dim], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                kv_cache: Optional[KVCache] = None, return_weights: bool = False):
+                kv_cache: Optional[KVCache] = None, start_pos: int = 0, layer: int = 0,
+                return_weights: bool = False):
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"MultiHeadAttention expects input (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
         B, T, C = x.shape
-        if self.fused_qkv:
-            q, k, v = self.qkv(x).split(C, dim=-1)  # 3 x (B, T, C)
-        else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, H, T, D)
-        start = kv_cache.length if kv_cache is not None else 0
+        q, k, v = self.project_qkv(x)  # (B, H, T, D), (B, H_kv, T, D) x 2
         if self._rope:
-            q, k = self._rope[0](q, start), self._rope[0](k, start)
+            q, k = self._rope[0](q, start_pos), self._rope[0](k, start_pos)
         if kv_cache is not None:
-            k, v = kv_cache.update(k, v)  # (B, H, start + T, D)
+            k, v = kv_cache.write(layer, start_pos, k, v)  # (B, H_kv, start + T, D)
+        elif start_pos:
+            raise ValueError(f"start_pos={start_pos} needs a kv_cache holding the earlier positions")
         T_k = k.shape[2]
         if mask is not None:  # check before combining with the causal mask
             _check_mask(mask, torch.Size((B, self.num_heads, T, T_k)))
             if mask.dtype != torch.bool:
                 mask = mask.to(q.dtype)
         use_sdpa = self.use_sdpa and not return_weights
+        groups = self.num_heads // self.num_kv_heads
         is_causal = False
-        if self.causal and T == 1:
-            pass  # one query, at the newest position: it may see every key, nothing to mask
-        elif self.causal and use_sdpa and mask is None and start == 0:
+        if self.causal and T == 1 and (self.sliding_window is None or T_k <= self.sliding_window):
+            pass  # one query, at the newest position, every key within reach: nothing to mask
+        elif self.causal and use_sdpa and mask is None and start_pos == 0 and self.sliding_window is None \
+                and groups == 1:
             is_causal = True  # no cache offset: the fused kernel applies the causal mask itself
         elif self.causal:
-            # Query i sits at absolute position start + i and may see keys 0..start + i.
-            allowed = torch.ones(T, T_k, dtype=torch.bool, device=x.device).tril(diagonal=start)  # (T, T_k)
+            allowed = allowed_keys(T, T_k, start_pos, self.sliding_window, device=x.device)  # (T, T_k)
             if mask is None:
                 mask = allowed
             elif mask.dtype == torch.bool:
                 mask = mask & allowed
             else:
                 mask = mask.masked_fill(~allowed, float("-inf"))
+        if groups > 1:
+            # Grouped-query attention without copying keys/values: the `groups` query heads that
+            # share a key/value head are stacked along the query axis, (B, H, T, D) ->
+            # (B, H_kv, groups·T, D), so each cached key is read once per group, not once per head.
+            q = q.reshape(B, self.num_kv_heads, groups * T, self.head_dim)
+            if mask is not None:
+                m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B|1, H|1, T|1, T_k)
+                m = m.expand(m.shape[0], self.num_heads, T, T_k)
+                mask = m.reshape(m.shape[0], self.num_kv_heads, groups * T, T_k)
         p = self.dropout if self.training else 0.0
         if use_sdpa:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
             weights = None
         else:
             y, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p, return_weights=True)
+            weights = weights.view(B, self.num_heads, T, T_k)
+        y = y.view(B, self.num_heads, T, self.head_dim)  # undo the stacking (a no-op without groups)
         y = self.out_proj(self.merge_heads(y))  # (B, T, C)
         return (y, weights) if return_weights else y

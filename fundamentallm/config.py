@@ -16,6 +16,12 @@ NORM_POSITIONS = ("pre", "post")
 POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 ACTIVATIONS = ("gelu", "relu", "swiglu")
 ATTN_IMPLS = ("explicit", "sdpa")
+ROPE_SCALINGS = ("linear", "llama3")
+# The keys each RoPE scaling rule takes (besides "rope_type"), as in Hugging Face's configs.
+ROPE_SCALING_KEYS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
 
 # Named sizes for teaching and benchmarks. Sizes only: architecture choices (norm, positions,
 # activation, ...) are passed as overrides, e.g. preset("nano", pos_encoding="rope").
@@ -60,6 +66,15 @@ class TransformerConfig:
     Defaults are small enough to train on a laptop CPU; ``TransformerConfig.preset`` gives named
     sizes. ``d_ff=None`` means 4·d_model, or 8/3·d_model rounded up to a multiple of 8 for SwiGLU
     (which has three matrices instead of two; Shazeer 2020 keeps the parameter count equal).
+
+    Modern-decoder options: ``num_kv_heads`` (grouped-query attention, Ainslie et al. 2023; 1 is
+    multi-query attention, Shazeer 2019), ``sliding_window`` (Mistral's local attention),
+    ``rope_scaling`` (linear, or Llama 3's frequency-dependent rule), ``qkv_bias`` (Qwen2) and a
+    mixture-of-experts feed-forward (``moe_experts``, ``moe_top_k``). With experts, the router's
+    load-balancing loss reaches training through ``Transformer.forward``: in training mode and with
+    targets, the returned loss is the cross-entropy plus ``moe_aux_loss_coef`` times the mean of
+    the layers' balancing losses; in eval mode it is the cross-entropy alone (so perplexity stays
+    a perplexity).
     """
 
     vocab_size: int = 256
@@ -79,6 +94,14 @@ class TransformerConfig:
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
     attn_impl: str = "explicit"  # "sdpa" opts into torch's fused kernel, tested equal
+    # The modern decoder (chapter 14). Defaults give the GPT-2-era model above.
+    num_kv_heads: Optional[int] = None  # key/value heads: None = num_heads (MHA), 1 = MQA, between = GQA
+    sliding_window: Optional[int] = None  # each query sees at most this many keys (itself included)
+    rope_scaling: Optional[dict] = None  # {"rope_type": "linear" | "llama3", "factor": ..., ...}
+    qkv_bias: Optional[bool] = None  # biases on Q/K/V only (Qwen2); None = follow `bias`
+    moe_experts: int = 0  # 0 = a dense feed-forward; >= 2 = a mixture of this many experts
+    moe_top_k: int = 2  # experts per token
+    moe_aux_loss_coef: float = 0.01  # weight of the load-balancing loss added to the training loss
 
     def __post_init__(self) -> None:
         _check_int("vocab_size", self.vocab_size)
@@ -110,6 +133,60 @@ class TransformerConfig:
             raise ValueError(f"pos_encoding='rope' needs an even head_dim, got d_model/num_heads={self.head_dim}")
         if self.pos_encoding == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(f"pos_encoding='sinusoidal' needs an even d_model, got d_model={self.d_model}")
+        self._check_modern()
+
+    def _check_modern(self) -> None:
+        """Grouped-query attention, sliding window, RoPE scaling, Q/K/V bias, mixture of experts."""
+        if self.num_kv_heads is not None:
+            _check_int("num_kv_heads", self.num_kv_heads)
+            if self.num_heads % self.num_kv_heads != 0:
+                raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads} "
+                                 f"(each key/value head serves num_heads / num_kv_heads query heads)")
+        if self.sliding_window is not None:
+            _check_int("sliding_window", self.sliding_window)
+            if not self.causal:
+                raise ValueError(f"sliding_window={self.sliding_window} needs causal=True "
+                                 f"(the window looks back from each query)")
+        if self.rope_scaling is not None:
+            r = self.rope_scaling
+            if self.pos_encoding != "rope":
+                raise ValueError(f"rope_scaling={r!r} needs pos_encoding='rope', got {self.pos_encoding!r}")
+            if not isinstance(r, dict):
+                raise ValueError(f"rope_scaling={r!r} must be None or a dict with a 'rope_type' key")
+            _check_choice("rope_scaling['rope_type']", r.get("rope_type"), ROPE_SCALINGS)
+            needed = ROPE_SCALING_KEYS[r["rope_type"]]
+            extra = sorted(set(r) - set(needed) - {"rope_type"})
+            missing = [k for k in needed if k not in r]
+            if extra or missing:
+                raise ValueError(f"rope_scaling={r!r}: rope_type={r['rope_type']!r} takes exactly the keys "
+                                 f"{list(needed)}; missing {missing}, unknown {extra}")
+            for key in needed:
+                if not _is_real(r[key]) or not 0 < r[key] < math.inf:
+                    raise ValueError(f"rope_scaling[{key!r}]={r[key]!r} must be a positive number")
+            if r["rope_type"] == "llama3" and not r["low_freq_factor"] < r["high_freq_factor"]:
+                raise ValueError(f"rope_scaling: low_freq_factor={r['low_freq_factor']} must be < "
+                                 f"high_freq_factor={r['high_freq_factor']}")
+        if self.qkv_bias is not None:
+            _check_bool("qkv_bias", self.qkv_bias)
+        _check_int("moe_experts", self.moe_experts, minimum=0)
+        if self.moe_experts == 1:
+            raise ValueError("moe_experts=1 is a dense feed-forward with a useless router; "
+                             "use 0 (dense) or >= 2 experts")
+        _check_int("moe_top_k", self.moe_top_k)
+        if self.moe_experts and self.moe_top_k > self.moe_experts:
+            raise ValueError(f"moe_top_k={self.moe_top_k} must be <= moe_experts={self.moe_experts}")
+        if not _is_real(self.moe_aux_loss_coef) or not 0 <= self.moe_aux_loss_coef < math.inf:
+            raise ValueError(f"moe_aux_loss_coef={self.moe_aux_loss_coef!r} must be a number >= 0")
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads actually used (resolves ``num_kv_heads=None``)."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def attn_qkv_bias(self) -> bool:
+        """Whether the Q/K/V projections have biases (resolves ``qkv_bias=None`` to ``bias``)."""
+        return self.bias if self.qkv_bias is None else self.qkv_bias
 
     @property
     def head_dim(self) -> int:

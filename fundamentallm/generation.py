@@ -25,8 +25,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from .model import Transformer
-
 StopTokens = Optional[Union[int, Iterable[int]]]
 
 
@@ -212,9 +210,10 @@ def _max_seq_len(model: nn.Module) -> int | None:
 
 def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None) -> torch.Tensor:
     """Next-token logits ``(B, V)`` for the last position of ``ids (B, T)``."""
-    if isinstance(model, Transformer):
-        # Project only the last position to the vocabulary: the other T-1 rows of logits are
-        # thrown away anyway, and with a 50k vocabulary they would cost a large matmul.
+    if hasattr(model, "hidden_states") and isinstance(getattr(model, "lm_head", None), nn.Linear):
+        # A fundamentallm Transformer (recognised by its parts, so this module need not import
+        # model.py). Project only the last position to the vocabulary: the other T-1 rows of
+        # logits are thrown away anyway, and with a 50k vocabulary they would cost a large matmul.
         h = model.hidden_states(ids, kv_cache=kv_cache)  # (B, T, C)
         return model.lm_head(h[:, -1])  # (B, V)
     out = model(ids, kv_cache=kv_cache) if kv_cache is not None else model(ids)
@@ -269,11 +268,11 @@ def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperatur
     finished = torch.zeros(B, dtype=torch.bool, device=ids.device) if stop else None
     pad = torch.zeros(B, dtype=torch.long, device=ids.device) if stop else None
     for _ in range(max_new_tokens):
-        if cache is not None and cache[0].length == 0:
+        if cache is not None and cache.length == 0:
             # Prefill: the whole prompt (its last max_seq_len tokens) in one forward.
             start = length - min(length, max_len) if max_len is not None else 0
             logits = _last_logits(model, seq[:, start:length], kv_cache=cache)
-        elif cache is not None and (max_len is None or cache[0].length < max_len):
+        elif cache is not None and (max_len is None or cache.length < max_len):
             # Decode: only the newest token; its keys/values join the cache.
             logits = _last_logits(model, seq[:, length - 1:length], kv_cache=cache)
         else:

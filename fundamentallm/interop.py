@@ -10,7 +10,9 @@ Weight layouts (``C = d_model``):
 * GPT-2 uses ``Conv1D`` layers that store weights as ``(in, out)``; ``nn.Linear`` stores
   ``(out, in)``, so every matrix is transposed. ``c_attn`` is Q, K and V fused, like our ``qkv``.
 * LLaMA keeps ``q_proj``, ``k_proj``, ``v_proj`` separate; stacking them row-wise gives exactly
-  our fused ``qkv`` weight ``(3C, C)`` (a fused matmul is three matmuls side by side).
+  our fused ``qkv`` weight ``(C + 2·H_kv·D, C)`` (a fused matmul is three matmuls side by side;
+  with grouped-query attention K and V have only ``H_kv`` heads). Qwen2, Mistral and Mixtral
+  are LLaMA with Q/K/V biases, a sliding window, and a mixture of experts respectively.
 """
 
 from __future__ import annotations
@@ -123,40 +125,72 @@ def from_hf_gpt2(model_or_state_dict: Any, num_heads: Optional[int] = None,
     return _load(Transformer(config), w)
 
 
+LLAMA_FAMILY = ("llama", "qwen2", "mistral", "mixtral")
+
+
+def _rope_from_hf(hf: Any, rope_theta: float) -> tuple[float, Optional[dict]]:
+    """-> (rope_base, our rope_scaling) from a HF config (``rope_parameters`` in transformers 5,
+    ``rope_theta`` + ``rope_scaling`` in 4.x)."""
+    rope = getattr(hf, "rope_parameters", None)
+    if rope is None:  # transformers 4.x
+        rope = dict(getattr(hf, "rope_scaling", None) or {})
+        rope.setdefault("rope_theta", getattr(hf, "rope_theta", rope_theta))
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    _reject(rope_type not in ("default", "linear", "llama3"),
+            f"rope_type={rope_type!r}; supported: 'default', 'linear', 'llama3'")
+    scaling = None
+    if rope_type != "default":
+        keys = ("factor",) if rope_type == "linear" else (
+            "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+        scaling = {"rope_type": rope_type, **{k: rope[k] for k in keys}}
+    return float(rope.get("rope_theta", rope_theta)), scaling
+
+
 def from_hf_llama(model_or_state_dict: Any, config: Any = None, num_heads: Optional[int] = None,
                   rms_norm_eps: float = 1e-6, rope_theta: float = 10000.0,
                   tie_word_embeddings: Optional[bool] = None) -> Transformer:
-    """A :class:`Transformer` equal to a Hugging Face ``LlamaForCausalLM``.
+    """A :class:`Transformer` equal to a Hugging Face ``LlamaForCausalLM``, ``Qwen2ForCausalLM``,
+    ``MistralForCausalLM`` or ``MixtralForCausalLM``.
 
     ``model_or_state_dict``: the HF model, or its ``state_dict`` together with either its
-    ``config`` (a ``LlamaConfig``) or ``num_heads`` (plus ``rms_norm_eps``, ``rope_theta`` if not
-    the defaults). Returns the model in eval mode: pre-LN RMSNorm, RoPE, SwiGLU, no biases, untied
-    embeddings unless the checkpoint ties them. Grouped-query attention and RoPE scaling are
-    rejected with a clear error (our attention has one K/V head per query head, unscaled RoPE).
+    ``config`` or ``num_heads`` (plus ``rms_norm_eps``, ``rope_theta`` if not the defaults; the
+    number of key/value heads, Q/K/V biases and experts are read off the weights). Returns the
+    model in eval mode: pre-LN RMSNorm, RoPE, SwiGLU, untied embeddings unless the checkpoint ties
+    them; grouped-query attention (``num_key_value_heads``), RoPE scaling (``rope_type`` "linear"
+    or "llama3"), Qwen2's Q/K/V biases, Mistral's sliding window and Mixtral's experts are
+    carried over. Anything else (other RoPE types, per-layer window patterns, a ``head_dim`` other
+    than ``hidden_size / num_attention_heads``) raises a ``ValueError`` naming the setting.
     """
     sd, hf = _split_model(model_or_state_dict)
     hf = hf if config is None else config
     sd = _strip_prefix(sd, "model.")
+    sliding_window, rope_scaling, moe_top_k = None, None, 2
     if hf is not None:
-        _reject(getattr(hf, "model_type", "llama") != "llama", f"model_type={hf.model_type!r}, expected 'llama'")
-        kv = getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads
-        _reject(kv != hf.num_attention_heads, f"num_key_value_heads={kv} != num_attention_heads="
-                f"{hf.num_attention_heads} (grouped-query attention)")
+        model_type = getattr(hf, "model_type", "llama")
+        _reject(model_type not in LLAMA_FAMILY, f"model_type={model_type!r}, expected one of {LLAMA_FAMILY}")
         head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
         _reject(head_dim * hf.num_attention_heads != hf.hidden_size,
                 f"head_dim={head_dim} * num_attention_heads={hf.num_attention_heads} != hidden_size={hf.hidden_size}")
-        _reject(getattr(hf, "hidden_act", "silu") != "silu", f"hidden_act={hf.hidden_act!r}; supported: 'silu'")
+        act = getattr(hf, "hidden_act", "silu")
+        _reject(act != "silu", f"hidden_act={act!r}; supported: 'silu'")
         attn_bias, mlp_bias = getattr(hf, "attention_bias", False), getattr(hf, "mlp_bias", False)
-        _reject(attn_bias or mlp_bias, f"attention_bias={attn_bias}, mlp_bias={mlp_bias}; supported: no biases")
-        _reject(getattr(hf, "pretraining_tp", 1) != 1, f"pretraining_tp={hf.pretraining_tp}")
-        rope = getattr(hf, "rope_parameters", None)  # transformers >= 5
-        if rope is not None:
-            rope_type = rope.get("rope_type", rope.get("type", "default"))
-            _reject(rope_type != "default", f"rope_type={rope_type!r} (RoPE scaling); supported: 'default'")
-            rope_theta = rope["rope_theta"]
-        else:  # transformers 4.x
-            _reject(getattr(hf, "rope_scaling", None) is not None, f"rope_scaling={hf.rope_scaling!r}")
-            rope_theta = getattr(hf, "rope_theta", rope_theta)
+        _reject(model_type != "qwen2" and (attn_bias or mlp_bias), f"attention_bias={attn_bias}, "
+                f"mlp_bias={mlp_bias}; supported: no biases (Q/K/V biases come with model_type='qwen2')")
+        tp = getattr(hf, "pretraining_tp", 1)
+        _reject(tp != 1, f"pretraining_tp={tp}")
+        rope_theta, rope_scaling = _rope_from_hf(hf, rope_theta)
+        if model_type == "qwen2":
+            layer_types = set(getattr(hf, "layer_types", None) or ["full_attention"])
+            use_window = getattr(hf, "use_sliding_window", False)
+            _reject(use_window or layer_types != {"full_attention"},
+                    f"use_sliding_window={use_window}, layer_types={sorted(layer_types)} "
+                    "(Qwen2's per-layer windows); supported: full attention in every layer")
+        if model_type in ("mistral", "mixtral"):
+            sliding_window = getattr(hf, "sliding_window", None)
+        if model_type == "mixtral":
+            jitter = getattr(hf, "router_jitter_noise", 0.0)
+            _reject(jitter != 0.0, f"router_jitter_noise={jitter}")
+            moe_top_k = hf.num_experts_per_tok
         if num_heads is not None and num_heads != hf.num_attention_heads:
             raise ValueError(f"num_heads={num_heads} disagrees with the config's "
                              f"num_attention_heads={hf.num_attention_heads}")
@@ -165,20 +199,24 @@ def from_hf_llama(model_or_state_dict: Any, config: Any = None, num_heads: Optio
         if tie_word_embeddings is None:
             tie_word_embeddings = bool(getattr(hf, "tie_word_embeddings", False))
     else:
-        max_seq_len = None
-    if num_heads is None:
-        raise ValueError("num_heads (or config=LlamaConfig) is required when loading from a state dict")
-    if max_seq_len is None:
         max_seq_len = 2048  # RoPE has no table in the weights; any length works
+    if num_heads is None:
+        raise ValueError("num_heads (or config=the HF config) is required when loading from a state dict")
     for key in sd:
-        _reject(key.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias")), f"bias {key!r}")
+        _reject(key.endswith("o_proj.bias"), f"bias {key!r}")
     emb = _take(sd, "embed_tokens.weight")
     vocab_size, d_model = emb.shape
     num_layers = _num_layers(sd, "layers.")
+    head_dim = d_model // num_heads
     k0 = _take(sd, "layers.0.self_attn.k_proj.weight")
-    _reject(k0.shape[0] != d_model, f"k_proj maps to {k0.shape[0]} channels, not d_model={d_model} "
-            "(grouped-query attention)")
-    d_ff = _take(sd, "layers.0.mlp.gate_proj.weight").shape[0]
+    _reject(k0.shape[0] % head_dim != 0 or num_heads % (k0.shape[0] // head_dim) != 0,
+            f"k_proj maps to {k0.shape[0]} channels, not a number of heads of {head_dim} dividing num_heads={num_heads}")
+    num_kv_heads = k0.shape[0] // head_dim
+    qkv_bias = "layers.0.self_attn.q_proj.bias" in sd
+    experts = "layers.0.mlp.experts.gate_up_proj" in sd
+    moe_experts = _take(sd, "layers.0.mlp.gate.weight").shape[0] if experts else 0
+    d_ff = (_take(sd, "layers.0.mlp.experts.down_proj").shape[2] if experts
+            else _take(sd, "layers.0.mlp.gate_proj.weight").shape[0])
     lm_head = sd.get("lm_head.weight")
     if tie_word_embeddings is None:
         tie_word_embeddings = lm_head is None or torch.equal(lm_head, emb)
@@ -188,7 +226,9 @@ def from_hf_llama(model_or_state_dict: Any, config: Any = None, num_heads: Optio
         vocab_size=vocab_size, d_model=d_model, num_heads=num_heads, num_layers=num_layers, d_ff=d_ff,
         max_seq_len=max_seq_len, dropout=0.0, norm="rmsnorm", norm_position="pre", pos_encoding="rope",
         activation="swiglu", bias=False, tie_weights=bool(tie_word_embeddings), causal=True,
-        norm_eps=float(rms_norm_eps), rope_base=float(rope_theta),
+        norm_eps=float(rms_norm_eps), rope_base=float(rope_theta), num_kv_heads=num_kv_heads,
+        sliding_window=sliding_window, rope_scaling=rope_scaling, qkv_bias=qkv_bias,
+        moe_experts=moe_experts, moe_top_k=moe_top_k,
     )
     w = {"token_embedding.weight": emb, "norm_f.weight": _take(sd, "norm.weight"),
          "lm_head.weight": emb if tie_word_embeddings else lm_head.detach()}
@@ -196,10 +236,21 @@ def from_hf_llama(model_or_state_dict: Any, config: Any = None, num_heads: Optio
         h, b = f"layers.{i}.", f"blocks.{i}."
         w[b + "norm1.weight"] = _take(sd, h + "input_layernorm.weight")
         w[b + "norm2.weight"] = _take(sd, h + "post_attention_layernorm.weight")
-        # Stacking Q, K, V row-wise is exactly the fused projection: (3C, C).
+        # Stacking Q, K, V row-wise is exactly the fused projection: (C + 2·H_kv·D, C).
         w[b + "attn.qkv.weight"] = torch.cat([_take(sd, h + f"self_attn.{p}_proj.weight") for p in "qkv"], 0)
+        if qkv_bias:
+            w[b + "attn.qkv.bias"] = torch.cat([_take(sd, h + f"self_attn.{p}_proj.bias") for p in "qkv"], 0)
         w[b + "attn.out_proj.weight"] = _take(sd, h + "self_attn.o_proj.weight")
-        w[b + "ff.gate.weight"] = _take(sd, h + "mlp.gate_proj.weight")
-        w[b + "ff.up.weight"] = _take(sd, h + "mlp.up_proj.weight")
-        w[b + "ff.down.weight"] = _take(sd, h + "mlp.down_proj.weight")
+        if experts:
+            # Mixtral stores the experts fused: gate_up_proj (E, 2·d_ff, C), down_proj (E, C, d_ff).
+            w[b + "ff.router.weight"] = _take(sd, h + "mlp.gate.weight")
+            gate_up, down = _take(sd, h + "mlp.experts.gate_up_proj"), _take(sd, h + "mlp.experts.down_proj")
+            for e in range(moe_experts):
+                w[b + f"ff.experts.{e}.gate.weight"] = gate_up[e, :d_ff]
+                w[b + f"ff.experts.{e}.up.weight"] = gate_up[e, d_ff:]
+                w[b + f"ff.experts.{e}.down.weight"] = down[e]
+        else:
+            w[b + "ff.gate.weight"] = _take(sd, h + "mlp.gate_proj.weight")
+            w[b + "ff.up.weight"] = _take(sd, h + "mlp.up_proj.weight")
+            w[b + "ff.down.weight"] = _take(sd, h + "mlp.down_proj.weight")
     return _load(Transformer(cfg), w)

@@ -17,6 +17,8 @@ from torch import nn
 from .attention import KVCache, MultiHeadAttention, padding_mask
 from .config import TransformerConfig
 from .feedforward import FeedForward
+from .generation import generate
+from .moe import MoEFeedForward
 from .norms import make_norm
 from .positions import RotaryEmbedding, create_positional_encoding
 from .registry import ModelRegistry
@@ -37,15 +39,23 @@ class TransformerBlock(nn.Module):
         self.norm_position = c.norm_position
         self.norm1 = make_norm(c.norm, c.d_model, eps=c.norm_eps, bias=c.bias)
         self.attn = MultiHeadAttention(c.d_model, c.num_heads, dropout=c.dropout, bias=c.bias,
-                                       causal=c.causal, rope=rope, use_sdpa=c.attn_impl == "sdpa")
+                                       causal=c.causal, rope=rope, use_sdpa=c.attn_impl == "sdpa",
+                                       num_kv_heads=c.kv_heads, qkv_bias=c.attn_qkv_bias,
+                                       sliding_window=c.sliding_window)
         self.norm2 = make_norm(c.norm, c.d_model, eps=c.norm_eps, bias=c.bias)
-        self.ff = FeedForward(c.d_model, c.ff_dim, activation=c.activation, dropout=c.dropout, bias=c.bias)
+        if c.moe_experts:
+            self.ff = MoEFeedForward(c.d_model, c.ff_dim, c.moe_experts, top_k=c.moe_top_k,
+                                     activation=c.activation, dropout=c.dropout, bias=c.bias)
+        else:
+            self.ff = FeedForward(c.d_model, c.ff_dim, activation=c.activation, dropout=c.dropout, bias=c.bias)
         self.resid_dropout = nn.Dropout(c.dropout)
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                kv_cache: Optional[KVCache] = None, return_weights: bool = False):
+                kv_cache: Optional[KVCache] = None, start_pos: int = 0, layer: int = 0,
+                return_weights: bool = False):
         pre = self.norm_position == "pre"
-        out = self.attn(self.norm1(x) if pre else x, mask=mask, kv_cache=kv_cache, return_weights=return_weights)
+        out = self.attn(self.norm1(x) if pre else x, mask=mask, kv_cache=kv_cache, start_pos=start_pos,
+                        layer=layer, return_weights=return_weights)
         a, w = out if return_weights else (out, None)
         if pre:
             x = x + self.resid_dropout(a)
@@ -131,7 +141,7 @@ class _Backbone(nn.Module):
         self.pos_encoding = None
         self.rope = None
         if c.pos_encoding == "rope":
-            self.rope = RotaryEmbedding(c.head_dim, c.max_seq_len, base=c.rope_base)
+            self.rope = RotaryEmbedding(c.head_dim, c.max_seq_len, base=c.rope_base, scaling=c.rope_scaling)
         else:
             self.pos_encoding = create_positional_encoding(c.pos_encoding, c.d_model, c.max_seq_len)
         self.dropout = nn.Dropout(c.dropout)
@@ -154,7 +164,8 @@ class _Backbone(nn.Module):
         resid_std = 0.02 / math.sqrt(2 * self.config.num_layers)
         for block in self.blocks:
             nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=resid_std)
-            nn.init.normal_(block.ff.down.weight, mean=0.0, std=resid_std)
+            for ff in getattr(block.ff, "experts", [block.ff]):
+                nn.init.normal_(ff.down.weight, mean=0.0, std=resid_std)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Parameter count; a tied matrix is counted once (``parameters()`` yields it once)."""
@@ -177,34 +188,60 @@ class _Backbone(nn.Module):
             bad = lo if lo < 0 else hi
             raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
 
-    def hidden_states(self, input_ids: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                      kv_cache: Optional[list[KVCache]] = None, return_attention: bool = False):
-        """(B, T) ids -> (B, T, d_model) final hidden states (and per-layer weights on request)."""
-        start = kv_cache[0].length if kv_cache else 0
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                      kv_cache: Optional[KVCache] = None) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d_model) final hidden states.
+
+        With a ``kv_cache`` the ids continue the cached sequence: their position offset is the
+        cache's ``length``, read once here and passed to every layer; the cache is advanced by T
+        once every layer has written its keys and values.
+        """
+        return self._run(input_ids, attention_mask, kv_cache, attentions=None)
+
+    def attention_maps(self, input_ids: torch.Tensor,
+                       attention_mask: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
+        """Per-layer attention weights ``(B, H, T, T)`` of a full (uncached) pass, for looking at."""
+        attentions: list[torch.Tensor] = []
+        self._run(input_ids, attention_mask, None, attentions=attentions)
+        return attentions
+
+    def _run(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor],
+             kv_cache: Optional[KVCache], attentions: Optional[list]) -> torch.Tensor:
+        if kv_cache is not None and not isinstance(kv_cache, KVCache):
+            raise TypeError(f"kv_cache must be a KVCache (see make_kv_cache), got {type(kv_cache).__name__}")
+        start = kv_cache.length if kv_cache is not None else 0  # the position offset, read once
         self._check_ids(input_ids, start)
-        if kv_cache is not None and len(kv_cache) != len(self.blocks):
-            raise ValueError(f"kv_cache has {len(kv_cache)} layers, the model has {len(self.blocks)}")
+        if kv_cache is not None and kv_cache.num_layers != len(self.blocks):
+            raise ValueError(f"kv_cache has {kv_cache.num_layers} layers, the model has {len(self.blocks)}")
+        T = input_ids.shape[1]
+        mask = _attention_mask(attention_mask, input_ids, start + T)
         x = self.token_embedding(input_ids.long())  # (B, T, C)
         if self.pos_encoding is not None:
             x = self.pos_encoding(x, start)
         x = self.dropout(x)
-        attentions = []
         for i, block in enumerate(self.blocks):
-            cache = kv_cache[i] if kv_cache is not None else None
-            if return_attention:
-                x, w = block(x, mask=mask, kv_cache=cache, return_weights=True)
+            if attentions is not None:
+                x, w = block(x, mask=mask, kv_cache=kv_cache, start_pos=start, layer=i, return_weights=True)
                 attentions.append(w)
             else:
-                x = block(x, mask=mask, kv_cache=cache)
-        x = self.norm_f(x)
-        return (x, attentions) if return_attention else x
+                x = block(x, mask=mask, kv_cache=kv_cache, start_pos=start, layer=i)
+        if kv_cache is not None:
+            kv_cache.advance(T)
+        return self.norm_f(x)
+
+    def moe_aux_loss(self) -> torch.Tensor:
+        """Mean load-balancing loss of the mixture-of-experts layers in the last forward (0 if none)."""
+        losses = [block.ff.aux_loss for block in self.blocks if isinstance(block.ff, MoEFeedForward)]
+        return torch.stack(losses).mean() if losses else torch.zeros(())
 
 
 @ModelRegistry.register("transformer")
 class Transformer(_Backbone):
-    """Decoder-only language model. ``forward(input_ids (B, T), targets (B, T) or None)`` returns
-    ``(logits (B, T, vocab_size), loss or None)``; with ``return_attention=True`` also a list of
-    per-layer attention weights ``(B, H, T, T_k)``. Targets equal to -100 are ignored in the loss.
+    """Decoder-only language model. ``forward(input_ids (B, T), targets (B, T) or None,
+    kv_cache=None, attention_mask=None)`` always returns ``(logits (B, T, vocab_size), loss or
+    None)``; attention weights come from the separate :meth:`attention_maps`. Targets equal to
+    -100 are ignored in the loss. With mixture-of-experts layers, in training mode, the loss also
+    carries ``moe_aux_loss_coef`` times their load-balancing loss (see ``TransformerConfig``).
     """
 
     def __init__(self, config: TransformerConfig) -> None:
@@ -217,41 +254,35 @@ class Transformer(_Backbone):
             self.lm_head.weight = self.token_embedding.weight
 
     def forward(self, input_ids: torch.Tensor, targets: Optional[torch.Tensor] = None,
-                kv_cache: Optional[list[KVCache]] = None, attention_mask: Optional[torch.Tensor] = None,
-                return_attention: bool = False):
+                kv_cache: Optional[KVCache] = None, attention_mask: Optional[torch.Tensor] = None):
         _validate_inputs(input_ids, targets, attention_mask, self.config.vocab_size)
-        start = kv_cache[0].length if kv_cache else 0
-        if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2:
-            mask = _attention_mask(attention_mask, input_ids, start + input_ids.shape[1])
-        else:
-            mask = None  # hidden_states raises the clear input_ids error
-        out = self.hidden_states(input_ids, mask=mask, kv_cache=kv_cache, return_attention=return_attention)
-        h, attentions = out if return_attention else (out, None)
+        h = self.hidden_states(input_ids, attention_mask=attention_mask, kv_cache=kv_cache)  # (B, T, C)
         logits = self.lm_head(h)  # (B, T, V)
         loss = None
         if targets is not None:
-            if targets.shape != input_ids.shape:
-                raise ValueError(f"targets must have the shape of input_ids {tuple(input_ids.shape)}, "
-                                 f"got {tuple(targets.shape)}")
+            if not isinstance(targets, torch.Tensor) or targets.shape != input_ids.shape:
+                raise ValueError(f"targets must be a tensor with the shape of input_ids {tuple(input_ids.shape)}, "
+                                 f"got {tuple(getattr(targets, 'shape', ())) or type(targets).__name__}")
             # subtle: half-precision logits are upcast for a stable loss; float64 stays float64.
             flat = logits.flatten(0, 1)
             flat = flat.float() if flat.dtype in (torch.float16, torch.bfloat16) else flat
             loss = F.cross_entropy(flat, targets.flatten().long(), ignore_index=-100)
-        return (logits, loss, attentions) if return_attention else (logits, loss)
+            if self.training and self.config.moe_experts:
+                loss = loss + self.config.moe_aux_loss_coef * self.moe_aux_loss()
+        return logits, loss
 
     def make_kv_cache(self, batch_size: int, device: Optional[torch.device] = None,
-                      dtype: Optional[torch.dtype] = None) -> list[KVCache]:
-        """One empty :class:`KVCache` per layer, sized for ``max_seq_len`` positions."""
+                      dtype: Optional[torch.dtype] = None) -> KVCache:
+        """An empty :class:`KVCache` for every layer, sized for ``max_seq_len`` positions and
+        holding only the ``num_kv_heads`` key/value heads."""
         ref = self.lm_head.weight
         c = self.config
-        return [KVCache(batch_size, c.num_heads, c.head_dim, c.max_seq_len,
-                        device=device or ref.device, dtype=dtype or ref.dtype) for _ in self.blocks]
+        return KVCache(batch_size, c.kv_heads, c.head_dim, c.max_seq_len, num_layers=len(self.blocks),
+                       device=device or ref.device, dtype=dtype or ref.dtype)
 
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
         """Autoregressive sampling; see :func:`fundamentallm.generation.generate`."""
-        from .generation import generate
-
         return generate(self, input_ids, max_new_tokens, **kwargs)
 
 
@@ -260,7 +291,8 @@ class TransformerClassifier(_Backbone):
     """Bidirectional encoder + pooling + linear head.
 
     ``forward(input_ids (B, T), targets (B,) or None, attention_mask (B, T) or None)`` returns
-    ``(logits (B, num_classes), loss or None)``. ``pooling="first"`` uses the first token's
+    ``(logits (B, num_classes), loss or None)``; attention weights come from
+    :meth:`attention_maps`. ``pooling="first"`` uses the first token's
     vector (BERT's [CLS]); ``"mean"`` averages the non-padding tokens. The config's ``causal``
     must be False: an encoder lets every token see every other.
     """
@@ -280,14 +312,9 @@ class TransformerClassifier(_Backbone):
         self._init_weights()
 
     def forward(self, input_ids: torch.Tensor, targets: Optional[torch.Tensor] = None,
-                attention_mask: Optional[torch.Tensor] = None, return_attention: bool = False):
+                attention_mask: Optional[torch.Tensor] = None):
         _validate_inputs(input_ids, targets, attention_mask, self.num_classes)
-        if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2:
-            mask = _attention_mask(attention_mask, input_ids, input_ids.shape[1])
-        else:
-            mask = None  # hidden_states raises the clear input_ids error
-        out = self.hidden_states(input_ids, mask=mask, return_attention=return_attention)
-        h, attentions = out if return_attention else (out, None)  # (B, T, C)
+        h = self.hidden_states(input_ids, attention_mask=attention_mask)  # (B, T, C)
         if self.pooling == "first":
             pooled = h[:, 0]
         else:
@@ -301,4 +328,4 @@ class TransformerClassifier(_Backbone):
                 raise ValueError(f"targets must have shape (B,) = ({logits.shape[0]},) (one class per "
                                  f"sequence), got {tuple(targets.shape)}")
             loss = F.cross_entropy(logits, targets.long())
-        return (logits, loss, attentions) if return_attention else (logits, loss)
+        return logits, loss

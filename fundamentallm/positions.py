@@ -77,20 +77,49 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: Optional[dict] = None) -> torch.Tensor:
+    """The rotation speeds ``θ_i = base^(-2i/head_dim)`` of the ``head_dim/2`` channel pairs,
+    float64 ``(head_dim/2,)``, optionally rescaled for a longer context:
+
+    - ``{"rope_type": "linear", "factor": s}``: every ``θ_i / s`` (position interpolation,
+      Chen et al. 2023): position ``s·p`` then turns by the angle position ``p`` had.
+    - ``{"rope_type": "llama3", "factor": s, "low_freq_factor": l, "high_freq_factor": h,
+      "original_max_position_embeddings": L}`` (Llama 3, Grattafiori et al. 2024): pairs whose
+      wavelength ``2π/θ_i`` is shorter than ``L/h`` (fast, local) are kept; longer than ``L/l``
+      (slow, long-range) are divided by ``s``; in between, interpolated smoothly.
+    """
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))  # (D/2,)
+    if scaling is None:
+        return inv_freq
+    kind, factor = scaling.get("rope_type"), float(scaling["factor"])
+    if kind == "linear":
+        return inv_freq / factor
+    if kind != "llama3":
+        raise ValueError(f"rope_scaling rope_type={kind!r} is not supported; allowed values: 'linear', 'llama3'")
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    old_len = float(scaling["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (old_len / wavelen - low) / (high - low)  # 0 at wavelength L/l, 1 at L/h
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, blended)
+    return torch.where(wavelen < old_len / high, inv_freq, scaled)
+
+
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding in the half-rotation convention (GPT-NeoX, LLaMA).
 
     Channel ``i`` is paired with channel ``i + head_dim/2`` and the pair is rotated by the angle
     ``pos · base^(-2i/head_dim)``. Input/output ``(B, H, T, head_dim)``; applied to queries and
-    keys only, inside attention.
+    keys only, inside attention. ``scaling`` rescales the speeds (see :func:`rope_frequencies`).
     """
 
-    def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0) -> None:
+    def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0,
+                 scaling: Optional[dict] = None) -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"head_dim={head_dim} must be even for rotary embeddings")
-        self.head_dim, self.max_seq_len, self.base = head_dim, max_seq_len, base
-        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))  # (D/2,)
+        self.head_dim, self.max_seq_len, self.base, self.scaling = head_dim, max_seq_len, base, scaling
+        inv_freq = rope_frequencies(head_dim, base, scaling)  # (D/2,)
         angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)  # (T, D/2)
         angles = torch.cat((angles, angles), dim=-1)  # (T, D): the same angle for both halves
         self.register_buffer("cos", angles.cos().float(), persistent=False)

@@ -242,8 +242,8 @@ def _explicit_vs_sdpa(x, rope=None, causal=False, mask=None, cache=False, dtype=
         y1, y2 = [], []
         start = 0
         for n in chunks:
-            y1.append(a(x[:, start:start + n], kv_cache=c1))
-            y2.append(b(x[:, start:start + n], kv_cache=c2))
+            y1.append(a(x[:, start:start + n], kv_cache=c1, start_pos=start))
+            y2.append(b(x[:, start:start + n], kv_cache=c2, start_pos=start))
             start += n
         y1, y2 = torch.cat(y1, 1), torch.cat(y2, 1)
     _record(("mha_explicit_vs_sdpa", str(dtype)), y1, y2)
@@ -366,7 +366,9 @@ def test_mha_kv_cache_matches_full_pass(chunks, use_rope, use_sdpa):
     cache = KVCache(2, 4, 8, 16)
     outs, start = [], 0
     for n in chunks:
-        outs.append(m(x[:, start:start + n], kv_cache=cache))
+        # The caller owns the offset: attention writes at start_pos, the caller advances.
+        outs.append(m(x[:, start:start + n], kv_cache=cache, start_pos=cache.length))
+        cache.advance(n)
         start += n
         assert cache.length == start
     _record(("kv_cache_mha", "torch.float32"), torch.cat(outs, 1), full)
@@ -380,14 +382,25 @@ def test_kv_cache_overflow_and_shape_errors():
     m = _mha(causal=True)
     cache = KVCache(2, 4, 8, max_seq_len=5)
     m(torch.randn(2, 4, 32), kv_cache=cache)
+    cache.advance(4)
+    before = cache.k.clone()
     with pytest.raises(ValueError, match="overflow"):
-        m(torch.randn(2, 2, 32), kv_cache=cache)
-    assert cache.length == 4  # a failed update leaves the cache as it was
-    m(torch.randn(2, 1, 32), kv_cache=cache)
+        m(torch.randn(2, 2, 32), kv_cache=cache, start_pos=4)
+    assert cache.length == 4 and torch.equal(cache.k, before)  # a failed write changes nothing
+    m(torch.randn(2, 1, 32), kv_cache=cache, start_pos=4)
+    cache.advance(1)
     with pytest.raises(ValueError, match="overflow"):
-        m(torch.randn(2, 1, 32), kv_cache=cache)
+        m(torch.randn(2, 1, 32), kv_cache=cache, start_pos=5)
+    with pytest.raises(ValueError, match="overflow"):
+        cache.advance(1)
     with pytest.raises(ValueError, match="KV cache holds"):
         m(torch.randn(3, 1, 32), kv_cache=KVCache(2, 4, 8, 5))
+    with pytest.raises(ValueError, match="layer=1"):
+        m(torch.randn(2, 1, 32), kv_cache=KVCache(2, 4, 8, 5), layer=1)
+    with pytest.raises(ValueError, match="start_pos=3 needs a kv_cache"):
+        m(torch.randn(2, 1, 32), start_pos=3)
+    with pytest.raises(ValueError, match="num_layers"):
+        KVCache(2, 4, 8, 5, num_layers=0)
 
 
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])

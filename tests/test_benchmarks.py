@@ -48,6 +48,7 @@ def test_generation_benchmark_runs_at_the_tiny_size(tmp_path):
                 "ours_recompute_default_layout_tok_s", "hf_cache_tok_s", "cache_speedup",
                 "cache_speedup_default_layout", "vs_hf", "default_layout_vs_hf"):
         assert result[key] > 0, key
+    assert result["kv_cache_bytes_per_token"] == result["kv_cache_bytes_if_mha"] == 2 * 6 * 256 * 4
 
 
 @pytest.mark.parametrize("script,args,message", [
@@ -92,3 +93,13 @@ def test_chapter_times_reports_each_notebook(tmp_path):
     assert list(out["seconds"]) == [str(good)] and out["seconds"][str(good)] > 0
     assert list(out["failed"]) == [str(bad)] and "planted" in out["failed"][str(bad)]
     assert out["over_budget"] == [] and out["budget_s"] == 1e9 and out["omp_num_threads"]
+
+
+def test_generation_benchmark_runs_at_the_tiny_gqa_size(tmp_path):
+    out = run_script("generation.py", "--sizes", "tiny-gqa", "--new-tokens", "6", "--repeats", "1",
+                     "--threads", "1", "--skip-recompute", tmp_path=tmp_path)
+    (result,) = out["results"]
+    assert result["params"] == result["hf_params"] and result["same_tokens_as_hf"]
+    assert (result["num_heads"], result["num_kv_heads"]) == (8, 2)
+    assert result["kv_cache_bytes_per_token"] * 4 == result["kv_cache_bytes_if_mha"] == 2 * 6 * 256 * 4
+    assert result["vs_hf"] > 0

@@ -1,5 +1,6 @@
-"""Hugging Face parity: GPT-2 and LLaMA with random weights (no downloads) imported into our
-Transformer give the same logits and the same greedy generations."""
+"""Hugging Face parity: GPT-2, LLaMA (MHA and GQA, Llama-3 RoPE scaling), Qwen2, Mistral and
+Mixtral with random weights (no downloads) imported into our Transformer give the same logits and
+the same greedy generations."""
 
 import logging
 
@@ -22,7 +23,7 @@ def _record(key, a, b):
     d = (a - b).abs().max().item()
     MAX_DIFF[key] = max(MAX_DIFF.get(key, 0.0), d)
     bound = 1e-4
-    # float32 bounds are relative to the magnitude compared (at least 1): 1e-5 is ~80 float32
+    # float32 bounds are relative to the magnitude compared (at least 1): 1e-4 is ~800 float32
     # epsilons (1.2e-7) of the largest value, room for reordered sums, not for a wrong formula
     scale = max(1.0, b.abs().max().item()) if b.numel() else 1.0
     assert d <= bound * scale, f"{key}: max |difference| {d:.2e} over {bound:.0e} x {scale:.3g}"
@@ -209,8 +210,7 @@ def test_llama_kv_cache_decoding_matches_hf():
 
 
 @pytest.mark.parametrize("kw,word", [
-    (dict(num_key_value_heads=2), "num_key_value_heads"),
-    (dict(rope_parameters={"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0}), "rope_type"),
+    (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 500.0, "factor": 2.0}), "rope_type"),
     (dict(hidden_act="gelu"), "hidden_act"),
     (dict(attention_bias=True), "attention_bias"),
     (dict(mlp_bias=True), "mlp_bias"),
@@ -222,14 +222,112 @@ def test_llama_rejects_unsupported_configs(kw, word):
     assert word in str(err.value)
 
 
-def test_llama_rejects_gqa_state_dict_and_wrong_type():
+def test_llama_rejects_bad_state_dict_and_wrong_type():
     gqa = _llama(num_key_value_heads=2)
-    with pytest.raises(ValueError, match="grouped-query"):
-        from_hf_llama(gqa.state_dict(), num_heads=H)
+    with pytest.raises(ValueError, match="k_proj maps to 24 channels"):
+        from_hf_llama(gqa.state_dict(), num_heads=3)  # head_dim 16 does not divide 24
     with pytest.raises(TypeError):
         from_hf_llama([1, 2, 3])
     with pytest.raises(ValueError, match="model_type"):
         from_hf_llama(_gpt2())
+
+
+# ---------------------------------------------------------------- the modern family
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+WINDOW = 7  # < T and < prompt + new tokens: the window matters at full context and in decoding
+
+
+def _modern(arch, seed=0, **kw):
+    """A small random model of each family, with grouped-query attention (4 query, 2 KV heads)."""
+    torch.manual_seed(seed)
+    args = dict(vocab_size=V, hidden_size=C, intermediate_size=80, num_hidden_layers=L,
+                num_attention_heads=H, num_key_value_heads=2, max_position_embeddings=T,
+                rms_norm_eps=1e-5, initializer_range=0.1, bos_token_id=0, eos_token_id=0,
+                tie_word_embeddings=False)
+    if arch == "llama3":
+        cls, cfg = transformers.LlamaForCausalLM, transformers.LlamaConfig(
+            **{**args, "rope_parameters": dict(LLAMA3_ROPE), **kw})
+    elif arch == "qwen2":
+        cls, cfg = transformers.Qwen2ForCausalLM, transformers.Qwen2Config(**{**args, **kw})
+    elif arch == "mistral":
+        cls, cfg = transformers.MistralForCausalLM, transformers.MistralConfig(
+            **{**args, "sliding_window": WINDOW, "head_dim": C // H, **kw})
+    else:
+        cls, cfg = transformers.MixtralForCausalLM, transformers.MixtralConfig(
+            **{**args, "sliding_window": None, "head_dim": C // H, "num_local_experts": 4,
+               "num_experts_per_tok": 2, **kw})
+    model = cls(cfg).eval()
+    _perturb_norms(model, seed)
+    g = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():  # HF zeroes biases at init; make Qwen2's Q/K/V biases matter
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.add_(torch.randn(p.shape, generator=g) * 0.5)
+    return model
+
+
+MODERN = ["llama3", "qwen2", "mistral", "mixtral"]
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_llama_gqa_logits_match(tie):
+    hf = _modern("llama3", seed=3, tie_word_embeddings=tie, rope_parameters={"rope_type": "default",
+                                                                            "rope_theta": 500.0})
+    ours = from_hf_llama(hf)
+    assert (ours.config.kv_heads, ours.config.tie_weights, ours.config.rope_scaling) == (2, tie, None)
+    assert ours.blocks[0].attn.qkv.weight.shape == (C + 2 * 2 * (C // H), C)
+    _compare_logits(hf, ours, "llama gqa")
+
+
+@pytest.mark.parametrize("arch", MODERN)
+def test_modern_logits_match_full_length_batch(arch):
+    hf = _modern(arch, seed=11)
+    ours = from_hf_llama(hf)
+    c = ours.config
+    assert c.kv_heads == 2
+    assert c.rope_scaling == ({k: v for k, v in LLAMA3_ROPE.items() if k != "rope_theta"}
+                              if arch == "llama3" else None)
+    assert (c.attn_qkv_bias, c.sliding_window, c.moe_experts) == (
+        arch == "qwen2", WINDOW if arch == "mistral" else None, 4 if arch == "mixtral" else 0)
+    _compare_logits(hf, ours, arch)
+    _compare_logits(hf, ours, arch, ids=_ids(B=2, n=13, seed=12))
+
+
+@pytest.mark.parametrize("arch", MODERN)
+def test_modern_state_dict_import(arch):
+    """From a bare state dict: KV heads, biases and experts are read off the weights."""
+    hf = _modern(arch, seed=13)
+    ours = from_hf_llama(hf.state_dict(), config=hf.config)
+    _compare_logits(hf, ours, arch)
+
+
+@pytest.mark.parametrize("arch", MODERN)
+def test_modern_kv_cache_greedy_equals_hf_generate(arch):
+    hf = _modern(arch, seed=21)
+    ours = from_hf_llama(hf)
+    prompt = _ids(B=2, n=6, seed=22)
+    n = 12  # 18 positions: past the Mistral window and the original Llama-3 context of 16
+    with torch.no_grad():
+        ref = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
+                          do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(_greedy(ours, prompt, n, use_cache=True), ref)
+    assert torch.equal(ours.generate(prompt, n, greedy=True, use_cache=True), ref)
+    # and one token at a time through the cache gives the full-context logits
+    ids = _ids(B=2, n=T, seed=23)
+    cache = ours.make_kv_cache(2)
+    with torch.no_grad():
+        steps = torch.cat([ours(ids[:, t:t + 1], kv_cache=cache)[0] for t in range(T)], 1)
+        ref_logits = hf(ids).logits
+    assert _record(f"{arch} kv-cache", steps, ref_logits) <= 1e-4
+
+
+def test_modern_rejections():
+    with pytest.raises(ValueError, match="use_sliding_window"):
+        from_hf_llama(_modern("qwen2", use_sliding_window=True, sliding_window=4, max_window_layers=1))
+    with pytest.raises(ValueError, match="router_jitter_noise"):
+        from_hf_llama(_modern("mixtral", router_jitter_noise=0.1))
 
 
 @pytest.fixture(scope="module", autouse=True)

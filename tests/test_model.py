@@ -251,11 +251,15 @@ def test_loss_equals_cross_entropy_and_ignore_index():
     assert abs(loss.item() - math.log(37)) < 0.1
 
 
-def test_return_attention_and_loss_backward():
+def test_attention_maps_and_loss_backward():
     model = Transformer(_cfg(num_layers=3)).eval()
-    logits, loss, atts = model(_ids(T=7), _ids(T=7, seed=2), return_attention=True)
+    logits, loss = model(_ids(T=7), _ids(T=7, seed=2))
+    atts = model.attention_maps(_ids(T=7))
     assert logits.shape == (3, 7, 37) and len(atts) == 3
     assert all(a.shape == (3, 4, 7, 7) for a in atts)
+    assert all(torch.allclose(a.sum(-1), torch.ones(3, 4, 7)) for a in atts)
+    # the maps are the weights the forward uses: row 0 of a causal map attends to token 0 only
+    assert all(torch.equal(a[..., 0, 1:], torch.zeros(3, 4, 6)) for a in atts)
     loss.backward()
     assert all(p.grad is not None for p in model.parameters())
 
@@ -358,6 +362,8 @@ def test_input_errors():
         with pytest.raises(ValueError, match="attention_mask"):
             model(_ids(B=3, T=10), attention_mask=bad)
     with pytest.raises(ValueError, match="kv_cache has 1 layers"):
+        model(_ids(), kv_cache=KVCache(3, 4, 8, 16))
+    with pytest.raises(TypeError, match="KVCache"):
         model(_ids(), kv_cache=[KVCache(3, 4, 8, 16)])
     with pytest.raises(TypeError, match="TransformerConfig"):
         Transformer(dict(vocab_size=10))

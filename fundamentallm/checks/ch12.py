@@ -113,7 +113,6 @@ def check_accuracy_by_operation(accuracy_by_operation: Callable) -> str:
 def check_mean_pool(mean_pool: Callable) -> str:
     """``mean_pool(hidden, attention_mask)`` -> ``(B, C)`` mean of the non-padding vectors,
     compared with a per-row loop and with ``TransformerClassifier(pooling="mean")``."""
-    from ..attention import padding_mask
     from ..config import TransformerConfig
     from ..model import TransformerClassifier
 
@@ -140,7 +139,7 @@ def check_mean_pool(mean_pool: Callable) -> str:
     ids = torch.randint(0, 20, (B, T), generator=g)
     with torch.no_grad():
         expected = model(ids, attention_mask=bool_mask)[0]
-        got = model.head(mean_pool(model.hidden_states(ids, mask=padding_mask(bool_mask)), bool_mask))
+        got = model.head(mean_pool(model.hidden_states(ids, attention_mask=bool_mask), bool_mask))
     assert_same(got, expected, what="TransformerClassifier(pooling='mean') logits through your pooling")
     return f"{len(cases)} per-row means and pooling='mean' logits match"
 
