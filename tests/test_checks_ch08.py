@@ -129,7 +129,7 @@ def test_char_encode_agrees_with_the_package_tokenizer():
 def test_messages_point_at_the_mistake():
     with pytest.raises(CheckFailed, match="unk_id"):
         checks.check_char_encode(WRONG["check_char_encode"][0])
-    with pytest.raises(CheckFailed, match="modified ids in place"):
+    with pytest.raises(CheckFailed, match="modified its argument 1 in place"):
         checks.check_merge_pair(_merge_in_place)
     with pytest.raises(CheckFailed, match=r"expected shape \(7, 3\), got \(6, 3\)"):
         checks.check_make_windows(WRONG["check_make_windows"][0])

@@ -55,10 +55,9 @@ def stub(*args, **kwargs):
 
 
 CORRECT = {
-    "check_cross_entropy": [cross_entropy, lambda z, y, ignore_index=-100: F.nll_loss(
-        torch.log_softmax(z, -1), y, ignore_index=ignore_index)],
+    "check_cross_entropy": [cross_entropy],
     "check_label_smoothed_cross_entropy": [label_smoothed_cross_entropy],
-    "check_cosine_lr": [cosine_lr, cosine_lr_package],
+    "check_cosine_lr": [cosine_lr],
     "check_clip_grad_norm": [clip_grad_norm,
                              lambda grads, m: ([g * min(1.0, m / torch.stack([g.norm() for g in grads]).norm().item())
                                                 if torch.stack([g.norm() for g in grads]).norm() > 0 else g.clone()
@@ -138,6 +137,34 @@ def test_check_fails_on_stub(name):
 def test_check_fails_on_wrong_answer(name, i):
     with pytest.raises(CheckFailed, match=name):
         checks.CHECKS[name](WRONG[name][i])
+
+
+FORBIDDEN = [  # (check, answer, the call the exercise forbids)
+    ("check_cross_entropy", lambda z, y, ignore_index=-100: F.nll_loss(
+        torch.log_softmax(z, -1), y, ignore_index=ignore_index), "torch.log_softmax"),
+    ("check_cross_entropy", lambda z, y, ignore_index=-100: F.cross_entropy(
+        z, y, ignore_index=ignore_index), "torch.nn.functional.cross_entropy"),
+    ("check_cross_entropy", lambda z, y, ignore_index=-100: torch.nn.CrossEntropyLoss(
+        ignore_index=ignore_index)(z, y), "torch.nn.functional.cross_entropy"),
+    ("check_label_smoothed_cross_entropy", lambda z, y, s: F.cross_entropy(z, y, label_smoothing=s),
+     "torch.nn.functional.cross_entropy"),
+    ("check_cosine_lr", cosine_lr_package, "fundamentallm.training.lr_at"),
+    ("check_clip_grad_norm", lambda grads, m: _clip_with_torch(grads, m), "clip_grad_norm_"),
+]
+
+
+def _clip_with_torch(grads, max_norm):
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return [p.grad for p in params], total
+
+
+@pytest.mark.parametrize("name,fn,call", FORBIDDEN, ids=[f"{n}-{c}" for n, _, c in FORBIDDEN])
+def test_forbidden_call_fails(name, fn, call):
+    with pytest.raises(CheckFailed, match=f"asks you not to use .*{call}"):
+        checks.CHECKS[name](fn)
 
 
 def test_overflow_message_explains_log_sum_exp():

@@ -132,7 +132,7 @@ def attention_backward(q, k, v, dout, causal=True):
 
 
 def attention_backward_torch(q, k, v, dout, causal=True):
-    """Also correct: autograd inside, torch tensors out (the check accepts either kind)."""
+    """Right numbers, but autograd does the work: the exercise forbids it."""
     q, k, v = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
     T, D = q.shape[-2], q.shape[-1]
     s = q @ k.transpose(-2, -1) / D ** 0.5
@@ -197,11 +197,27 @@ def attention_backward_two_values(q, k, v, dout, causal=True):
     (checks.check_linear_backward, linear_backward),
     (checks.check_layernorm_backward, layernorm_backward),
     (checks.check_attention_backward, attention_backward),
-    (checks.check_attention_backward, attention_backward_torch),
 ])
 def test_correct_answers_pass(check, fn, capsys):
     assert check(fn) is True
     assert "passed" in capsys.readouterr().out
+
+
+def test_autograd_is_forbidden():
+    with pytest.raises(CheckFailed, match="asks you not to use torch.autograd.grad"):
+        checks.check_attention_backward(attention_backward_torch)
+
+
+def _linear_backward_with_backward(x, W, dy):
+    x, W = torch.tensor(x, requires_grad=True), torch.tensor(W, requires_grad=True)
+    b = torch.zeros(W.shape[0], dtype=W.dtype, requires_grad=True)
+    (x @ W.T + b).backward(torch.tensor(dy))
+    return x.grad, W.grad, b.grad
+
+
+def test_backward_is_forbidden():
+    with pytest.raises(CheckFailed, match="asks you not to use torch.Tensor.backward"):
+        checks.check_linear_backward(_linear_backward_with_backward)
 
 
 @pytest.mark.parametrize("check", [checks.check_softmax_backward, checks.check_linear_backward,

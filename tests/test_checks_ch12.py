@@ -164,7 +164,7 @@ CORRECT = [
 ]
 
 WRONG = [
-    (checks.check_apply_operation, apply_operation_sorts_in_place, "changed the caller's list"),
+    (checks.check_apply_operation, apply_operation_sorts_in_place, "modified its argument 2 in place"),
     (checks.check_apply_operation, apply_operation_second_is_index_2, "Second"),
     (checks.check_apply_operation, apply_operation_silent_unknown, "ValueError"),
     (checks.check_accuracy_by_operation, accuracy_overall_everywhere, "accuracy of"),
