@@ -281,11 +281,11 @@ def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidd
     * ``may_return_none`` (default False): a ``None`` result fails the check ("did you forget to
       return?") unless ``None`` is a valid answer of the exercise.
     """
+    if isinstance(forbidden, str):
+        raise TypeError(f"forbidden must be a tuple of dotted names, got the string {forbidden!r}")
     if fn is None:
         return functools.partial(exercise_check, forbidden=tuple(forbidden), pure=pure,
                                  may_return_none=may_return_none)
-    if isinstance(forbidden, str):
-        raise TypeError(f"forbidden must be a tuple of dotted names, got the string {forbidden!r}")
     forbidden = tuple(forbidden)
     for name in forbidden:
         _resolve(name)  # fail at import time on a typo
