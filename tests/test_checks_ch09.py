@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -16,26 +17,13 @@ from fundamentallm.training import TrainConfig, lr_at
 # --- correct answers ---------------------------------------------------------------------------
 
 
-def cross_entropy(logits, targets, ignore_index=-100):
-    keep = targets != ignore_index
-    z, y = logits[keep], targets[keep]
-    m = z.amax(dim=-1, keepdim=True)
-    lse = m.squeeze(-1) + torch.log(torch.exp(z - m).sum(dim=-1))
-    return (lse - z.gather(-1, y[:, None]).squeeze(-1)).mean()
+cross_entropy = book_solution("ch09-ex1", "cross_entropy")
 
 
-def label_smoothed_cross_entropy(logits, targets, smoothing):
-    logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
-    nll = -logp.gather(-1, targets[:, None]).squeeze(-1)
-    return ((1 - smoothing) * nll - smoothing * logp.mean(dim=-1)).mean()
+label_smoothed_cross_entropy = book_solution("ch09-ex2", "label_smoothed_cross_entropy")
 
 
-def cosine_lr(step, max_lr, min_lr, warmup_steps, max_steps):
-    s = step + 1
-    if s <= warmup_steps:
-        return max_lr * s / warmup_steps
-    progress = min(1.0, (s - warmup_steps) / max(1, max_steps - warmup_steps))
-    return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
+cosine_lr = book_solution("ch09-ex3", "cosine_lr")
 
 
 def cosine_lr_package(step, max_lr, min_lr, warmup_steps, max_steps):
@@ -44,10 +32,7 @@ def cosine_lr_package(step, max_lr, min_lr, warmup_steps, max_steps):
                                    max_steps=max_steps, progress=False))
 
 
-def clip_grad_norm(grads, max_norm):
-    total = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
-    scale = min(1.0, max_norm / (total.item() + 1e-6))
-    return [g * scale for g in grads], total
+clip_grad_norm = book_solution("ch09-ex4", "clip_grad_norm")
 
 
 def stub(*args, **kwargs):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -96,23 +97,13 @@ def _softmax(z):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def softmax_backward(y, dy):
-    return y * (dy - (dy * y).sum(axis=-1, keepdims=True))
+softmax_backward = book_solution("ch11-ex1", "softmax_backward")
 
 
-def linear_backward(x, W, dy):
-    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
-    return dy @ W, dy2.T @ x2, dy2.sum(axis=0)
+linear_backward = book_solution("ch11-ex2", "linear_backward")
 
 
-def layernorm_backward(x, gamma, dy, eps=1e-5):
-    C = x.shape[-1]
-    mu = x.mean(axis=-1, keepdims=True)
-    rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + eps)
-    xhat = (x - mu) * rstd
-    g = dy * gamma
-    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
-    return dx, (dy * xhat).reshape(-1, C).sum(axis=0), dy.reshape(-1, C).sum(axis=0)
+layernorm_backward = book_solution("ch11-ex3", "layernorm_backward")
 
 
 def _attention_parts(q, k, v, causal):
@@ -123,12 +114,7 @@ def _attention_parts(q, k, v, causal):
     return _softmax(s), D
 
 
-def attention_backward(q, k, v, dout, causal=True):
-    p, D = _attention_parts(q, k, v, causal)
-    dv = np.swapaxes(p, -1, -2) @ dout
-    dp = dout @ np.swapaxes(v, -1, -2)
-    ds = softmax_backward(p, dp) / np.sqrt(D)
-    return ds @ k, np.swapaxes(ds, -1, -2) @ q, dv
+attention_backward = book_solution("ch11-ex4", "attention_backward")
 
 
 def attention_backward_torch(q, k, v, dout, causal=True):

@@ -6,31 +6,15 @@ own solution cells (run through the course tool), so no solution is written here
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed, exercise_check
 from fundamentallm.checks.core import FORBIDDEN
-from fundamentallm.course import book_chapters
-
-ROOT = Path(__file__).resolve().parents[1]
-BOOK = {ex.label: ex for c in book_chapters(ROOT) for ex in c.exercises}
-
-
-def book_solution(label: str, name: str):
-    """The function ``name`` defined by the book's solution cell of exercise ``label``."""
-    namespace: dict = {}
-    exec(compile(BOOK[label].code, f"<book {label}>", "exec"), namespace)
-    return namespace[name]
-
-
-def _stable_softmax(x):
-    return book_solution("ch02-ex2", "softmax_rows")(x)
-
 
 # (check, answer that uses a forbidden call, the name the message must give)
 FORBIDDEN_CASES = [
