@@ -3,8 +3,10 @@ an independent reference, and says exactly what is wrong (which output, the firs
 element, expected vs got). A check prints one line when it passes -- giving feedback is its job --
 and raises :class:`CheckFailed` (an ``AssertionError``) when it does not.
 
-Every check is registered in :data:`CHECKS`; the tests run each one against the book's reference
-solution (must pass) and against an unimplemented stub (must fail with a helpful message).
+Every check is registered in :data:`CHECKS` (and its forbidden calls in :data:`FORBIDDEN`); the
+tests run each one against the book's reference solution (must pass) and against an unimplemented
+stub (must fail with a helpful message). :func:`exercise_check` owns the call into the student's
+function: see its docstring and book/CONTRIBUTING.md.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class CheckFailed(AssertionError):
 _CHECKS_DIR = str(Path(__file__).resolve().parent)
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 _LIBRARY_DIRS = tuple(sorted(
-    {str(Path(p).resolve()) for p in sysconfig.get_paths().values()}
+    {str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     | {str(Path(p).resolve()) for p in site.getsitepackages() + [site.getusersitepackages()]}
     | {str(Path(m.__file__).resolve().parents[1]) for m in (np, torch)} | {_PACKAGE_DIR}))
 _CHECK, _LIBRARY, _STUDENT = "check", "library", "student"
