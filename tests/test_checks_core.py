@@ -42,6 +42,8 @@ FORBIDDEN_CASES = [
      "fundamentallm.generation.top_p_filter"),
     ("check_rotate_half", lambda x: __import__("fundamentallm.positions", fromlist=["x"]).rotate_half(x),
      "fundamentallm.positions.rotate_half"),
+    ("check_merge_pair", lambda ids, pair, new_id: __import__("fundamentallm.tokenizers", fromlist=["x"])._merge(
+        ids, pair, new_id), "fundamentallm.tokenizers._merge"),
 ]
 
 
