@@ -189,7 +189,11 @@ def graded(tmp_path_factory):
     put("mia_daemon", _with_code(ch02, "ch02-ex1", DAEMON.replace("MARKER", repr(str(marker)))))
     formula = '=HYPERLINK("https:evil.example","click")'
     put(formula, _with_code(ch02, "ch02-ex1", f"raise ValueError({formula!r})\n"))
-    # graded after the attackers: wrong everywhere, must stay wrong
+    # overwrites a later student's notebook with the book's solutions before that student is run
+    target = subs / "zed_wrong_after_attacks" / name02
+    put("nina_edits_a_later_submission", _with_code(
+        ch02, "ch02-ex1", f"import shutil\nshutil.copy({str(CH02.path)!r}, {str(target)!r})\n"))
+    # graded after the attackers: wrong on ch02-ex1, must stay wrong
     put("zed_wrong_after_attacks", _with_code(ch02, "ch02-ex1", "def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1)\n"))
 
     start_time = time.monotonic()
@@ -214,7 +218,7 @@ def _message(details, student, label) -> str:
 def test_one_row_per_student_with_the_books_denominator(graded):
     rows, details, table, _, _, _ = graded
     assert table[0] == ["student", *LABELS, "total", "out_of"]
-    assert len(table) == 1 + len(rows) == 1 + 15
+    assert len(table) == 1 + len(rows) == 1 + 16
     assert all(r["out_of"] == len(LABELS) for r in rows.values())
     assert len(details) == len(rows) * len(LABELS)
 
@@ -252,6 +256,7 @@ def test_attacks_do_not_reach_other_students(graded):
     assert _ch02(rows["zed_wrong_after_attacks"]) == [0, 1, 1, 1]
     assert rows["alice_correct"]["total"] == len(LABELS)
     assert _ch02(rows["fred_frame_walk"]) == [0, 1, 1, 1]
+    assert _ch02(rows["nina_edits_a_later_submission"]) == [0, 1, 1, 1]
     assert all(isinstance(r["total"], int) and r["total"] <= len(LABELS) for r in rows.values())
 
 

@@ -169,9 +169,9 @@ def _run_worker(items: list[dict], timeout: float, workdir: Path) -> tuple[dict,
     return results, current, reason
 
 
-def grade_student(name: str, folder: Path, chapters: Sequence[Chapter], timeout: float = DEFAULT_TIMEOUT_S) -> list[Result]:
-    """Grade one student's folder against the book's ``chapters``: one :class:`Result` per
-    exercise of the book, in book order."""
+def read_submission(name: str, folder: Path, chapters: Sequence[Chapter]) -> tuple[dict[str, Result], list[dict]]:
+    """Read one student's folder: (results already decided -- missing notebooks or exercises,
+    unreadable notebooks --, the items to run: the student's code and the book's check)."""
     found: dict[str, Path] = {}
     for path in sorted(folder.rglob("*.ipynb")):
         if ".ipynb_checkpoints" not in path.parts:
@@ -191,6 +191,14 @@ def grade_student(name: str, folder: Path, chapters: Sequence[Chapter], timeout:
                 results[ex.label] = Result(name, chapter.name, ex.label, False, why_ex or "missing")
             else:
                 items.append({"label": ex.label, "code": code, "check": ex.check, "chapter": chapter.name})
+    return results, items
+
+
+def run_submission(name: str, chapters: Sequence[Chapter], results: dict[str, Result], items: list[dict],
+                   timeout: float = DEFAULT_TIMEOUT_S) -> list[Result]:
+    """Run a student's ``items`` in fresh worker processes: one :class:`Result` per exercise of
+    the book, in book order."""
+    results = dict(results)
     chapter_of = {item["label"]: item["chapter"] for item in items}
     with tempfile.TemporaryDirectory(prefix="fundamentallm-grade-") as tmp:
         pending = items
@@ -211,6 +219,11 @@ def grade_student(name: str, folder: Path, chapters: Sequence[Chapter], timeout:
                                                         reason or "the grading process stopped early")
             pending = [item for item in pending if item["label"] not in results]
     return [results[ex.label] for chapter in chapters for ex in chapter.exercises]
+
+
+def grade_student(name: str, folder: Path, chapters: Sequence[Chapter], timeout: float = DEFAULT_TIMEOUT_S) -> list[Result]:
+    """Grade one student's folder against the book's ``chapters``."""
+    return run_submission(name, chapters, *read_submission(name, folder, chapters), timeout=timeout)
 
 
 # --- the class ---------------------------------------------------------------------------------
@@ -244,8 +257,11 @@ def grade(submissions: Path, csv_path: Optional[Path] = None, details_path: Opti
         if not book:
             raise ValueError(f"chapters={list(chapters)!r} matches no chapter of the book")
     labels = [ex.label for c in book for ex in c.exercises]
+    # Every submission is read before any runs: a submission cannot edit a later one on disk.
+    read = [read_submission(f.name, f, book) for f in folders]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        per_student = list(pool.map(lambda f: grade_student(f.name, f, book, timeout), folders))
+        per_student = list(pool.map(lambda fr: run_submission(fr[0].name, book, *fr[1], timeout=timeout),
+                                    zip(folders, read)))
     rows, details = [], []
     for folder, results in zip(folders, per_student):
         row = {"student": folder.name}
