@@ -2,33 +2,21 @@
 
 import pytest
 import torch
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
 
-
-def rnn_step(x_t, h_prev, W_x, W_h, b):
-    return torch.tanh(x_t @ W_x.T + h_prev @ W_h.T + b)
+rnn_step = book_solution("ch01-ex1", "rnn_step")
 
 
-def unroll_rnn(xs, h0, W_x, W_h, b):
-    h, hs = h0, []
-    for t in range(xs.shape[1]):
-        h = rnn_step(xs[:, t], h, W_x, W_h, b)
-        hs.append(h)
-    return torch.stack(hs, dim=1)
+unroll_rnn = book_solution("ch01-ex2", "unroll_rnn")
 
 
-def bptt_jacobian(hs, W_h):
-    J = torch.eye(W_h.shape[0], dtype=W_h.dtype)
-    for h_k in hs[1:]:
-        J = torch.diag(1 - h_k ** 2) @ W_h @ J
-    return J
+bptt_jacobian = book_solution("ch01-ex4", "bptt_jacobian")
 
 
-def gradient_norm_through_time(W_h, num_steps):
-    return torch.stack([torch.linalg.matrix_norm(torch.linalg.matrix_power(W_h, k), ord=2)
-                        for k in range(num_steps + 1)])
+gradient_norm_through_time = book_solution("ch01-ex3", "gradient_norm_through_time")
 
 
 def stub(*args, **kwargs):

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -14,21 +15,13 @@ from fundamentallm.checks import CheckFailed
 # --- correct answers ---------------------------------------------------------------------------
 
 
-def split_heads(x, num_heads):
-    B, T, C = x.shape
-    if C % num_heads:
-        raise ValueError(f"num_heads={num_heads} must divide C={C}")
-    return x.view(B, T, num_heads, C // num_heads).transpose(1, 2)
+split_heads = book_solution("ch03-ex1", "split_heads")
 
 
-def merge_heads(x):
-    B, H, T, D = x.shape
-    return x.transpose(1, 2).reshape(B, T, H * D)
+merge_heads = book_solution("ch03-ex2", "merge_heads")
 
 
-def attention_entropy(weights):
-    logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))
-    return -(weights * logs).sum(-1)
+attention_entropy = book_solution("ch03-ex3", "attention_entropy")
 
 
 def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, causal=False, scale_dim=None):

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -14,10 +15,7 @@ from fundamentallm.checks import CheckFailed
 # --- correct answers ---------------------------------------------------------------------------
 
 
-def embedding_lookup(ids, weight):
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
-        raise ValueError(f"ids must lie in [0, {weight.shape[0]})")
-    return weight[ids]
+embedding_lookup = book_solution("ch04-ex1", "embedding_lookup")
 
 
 def embedding_lookup_one_hot(ids, weight):
@@ -26,29 +24,13 @@ def embedding_lookup_one_hot(ids, weight):
     return torch.nn.functional.one_hot(ids, weight.shape[0]).to(weight.dtype) @ weight
 
 
-def sinusoidal_encoding(max_seq_len, d_model, base=10000.0):
-    if d_model % 2:
-        raise ValueError(f"d_model={d_model} must be even")
-    pos = torch.arange(max_seq_len, dtype=torch.float64)[:, None]
-    freqs = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    pe = torch.zeros(max_seq_len, d_model, dtype=torch.float64)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * freqs), torch.cos(pos * freqs)
-    return pe.float()
+sinusoidal_encoding = book_solution("ch04-ex2", "sinusoidal_encoding")
 
 
-def rotate_half(x):
-    if x.shape[-1] % 2:
-        raise ValueError(f"the last dimension {x.shape[-1]} must be even")
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+rotate_half = book_solution("ch04-ex3", "rotate_half")
 
 
-def apply_rope(x, positions, base=10000.0):
-    D = x.shape[-1]
-    freqs = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    angles = positions.double()[:, None] * freqs
-    angles = torch.cat((angles, angles), -1)
-    return x * angles.cos().to(x.dtype) + rotate_half(x) * angles.sin().to(x.dtype)
+apply_rope = book_solution("ch04-ex4", "apply_rope")
 
 
 # --- wrong answers -----------------------------------------------------------------------------

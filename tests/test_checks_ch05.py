@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -12,36 +13,16 @@ from fundamentallm.checks import CheckFailed
 # --- correct answers -----------------------------------------------------------------------------
 
 
-def layer_norm(x, weight, bias, eps=1e-5):
-    mean = x.mean(dim=-1, keepdim=True)
-    var = (x - mean).pow(2).mean(dim=-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + eps) * weight + bias
+layer_norm = book_solution("ch05-ex1", "layer_norm")
 
 
-def rms_norm(x, weight, eps=1e-6):
-    return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+rms_norm = book_solution("ch05-ex2", "rms_norm")
 
 
-def inverted_dropout(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    if p == 0.0:
-        return x.clone()
-    keep = torch.rand(x.shape, generator=generator) >= p
-    return x * keep.to(x.dtype) / (1.0 - p)
+inverted_dropout = book_solution("ch05-ex3", "inverted_dropout")
 
 
-def residual_gradient_norms(blocks, x, residual=True):
-    h = x
-    for block in blocks:
-        h = h + block(h) if residual else block(h)
-    params = [list(b.parameters()) for b in blocks]
-    grads = torch.autograd.grad(h.mean(), [p for ps in params for p in ps])
-    norms, i = [], 0
-    for ps in params:
-        norms.append(torch.sqrt(sum(g.pow(2).sum() for g in grads[i:i + len(ps)])))
-        i += len(ps)
-    return torch.stack(norms)
+residual_gradient_norms = book_solution("ch05-ex4", "residual_gradient_norms")
 
 
 def residual_gradient_norms_backward(blocks, x, residual=True):

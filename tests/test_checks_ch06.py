@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -14,30 +15,16 @@ from fundamentallm.checks import CheckFailed
 # --- correct answers -----------------------------------------------------------------------------
 
 
-def pre_ln_block(x, attn, ff, norm1, norm2):
-    h = x + attn(norm1(x))
-    return h + ff(norm2(h))
+pre_ln_block = book_solution("ch06-ex1", "pre_ln_block")
 
 
-def post_ln_block(x, attn, ff, norm1, norm2):
-    h = norm1(x + attn(x))
-    return norm2(h + ff(h))
+post_ln_block = book_solution("ch06-ex2", "post_ln_block")
 
 
-def per_layer_grad_norms(model):
-    out = []
-    for block in model.blocks:
-        total = sum(float(p.grad.pow(2).sum()) for p in block.parameters() if p.grad is not None)
-        out.append(math.sqrt(total))
-    return torch.tensor(out)
+per_layer_grad_norms = book_solution("ch06-ex3", "per_layer_grad_norms")
 
 
-def warmup_lr(step, base_lr, warmup_steps):
-    if step < 0:
-        raise ValueError(f"step={step} must be >= 0")
-    if warmup_steps < 0:
-        raise ValueError(f"warmup_steps={warmup_steps} must be >= 0")
-    return base_lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps else base_lr
+warmup_lr = book_solution("ch06-ex4", "warmup_lr")
 
 
 # --- wrong answers -------------------------------------------------------------------------------

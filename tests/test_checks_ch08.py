@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 import torch
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -16,31 +17,16 @@ from fundamentallm.tokenizers import CharacterTokenizer, _merge
 # --- correct answers ---------------------------------------------------------------------------
 
 
-def char_encode(text, stoi, unk_id):
-    return [stoi.get(c, unk_id) for c in text]
+char_encode = book_solution("ch08-ex1", "char_encode")
 
 
-def get_pair_counts(ids):
-    return dict(Counter(zip(ids, ids[1:])))
+get_pair_counts = book_solution("ch08-ex2", "get_pair_counts")
 
 
-def merge_pair(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
+merge_pair = book_solution("ch08-ex3", "merge_pair")
 
 
-def make_windows(ids, block_size):
-    n = len(ids) - block_size
-    x = torch.stack([ids[i:i + block_size] for i in range(n)])
-    y = torch.stack([ids[i + 1:i + block_size + 1] for i in range(n)])
-    return x, y
+make_windows = book_solution("ch08-ex4", "make_windows")
 
 
 def make_windows_package(ids, block_size):
@@ -129,7 +115,7 @@ def test_char_encode_agrees_with_the_package_tokenizer():
 def test_messages_point_at_the_mistake():
     with pytest.raises(CheckFailed, match="unk_id"):
         checks.check_char_encode(WRONG["check_char_encode"][0])
-    with pytest.raises(CheckFailed, match="modified ids in place"):
+    with pytest.raises(CheckFailed, match="modified its argument 1 in place"):
         checks.check_merge_pair(_merge_in_place)
     with pytest.raises(CheckFailed, match=r"expected shape \(7, 3\), got \(6, 3\)"):
         checks.check_make_windows(WRONG["check_make_windows"][0])

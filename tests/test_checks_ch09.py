@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -16,26 +17,13 @@ from fundamentallm.training import TrainConfig, lr_at
 # --- correct answers ---------------------------------------------------------------------------
 
 
-def cross_entropy(logits, targets, ignore_index=-100):
-    keep = targets != ignore_index
-    z, y = logits[keep], targets[keep]
-    m = z.amax(dim=-1, keepdim=True)
-    lse = m.squeeze(-1) + torch.log(torch.exp(z - m).sum(dim=-1))
-    return (lse - z.gather(-1, y[:, None]).squeeze(-1)).mean()
+cross_entropy = book_solution("ch09-ex1", "cross_entropy")
 
 
-def label_smoothed_cross_entropy(logits, targets, smoothing):
-    logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
-    nll = -logp.gather(-1, targets[:, None]).squeeze(-1)
-    return ((1 - smoothing) * nll - smoothing * logp.mean(dim=-1)).mean()
+label_smoothed_cross_entropy = book_solution("ch09-ex2", "label_smoothed_cross_entropy")
 
 
-def cosine_lr(step, max_lr, min_lr, warmup_steps, max_steps):
-    s = step + 1
-    if s <= warmup_steps:
-        return max_lr * s / warmup_steps
-    progress = min(1.0, (s - warmup_steps) / max(1, max_steps - warmup_steps))
-    return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
+cosine_lr = book_solution("ch09-ex3", "cosine_lr")
 
 
 def cosine_lr_package(step, max_lr, min_lr, warmup_steps, max_steps):
@@ -44,10 +32,7 @@ def cosine_lr_package(step, max_lr, min_lr, warmup_steps, max_steps):
                                    max_steps=max_steps, progress=False))
 
 
-def clip_grad_norm(grads, max_norm):
-    total = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
-    scale = min(1.0, max_norm / (total.item() + 1e-6))
-    return [g * scale for g in grads], total
+clip_grad_norm = book_solution("ch09-ex4", "clip_grad_norm")
 
 
 def stub(*args, **kwargs):
@@ -55,10 +40,9 @@ def stub(*args, **kwargs):
 
 
 CORRECT = {
-    "check_cross_entropy": [cross_entropy, lambda z, y, ignore_index=-100: F.nll_loss(
-        torch.log_softmax(z, -1), y, ignore_index=ignore_index)],
+    "check_cross_entropy": [cross_entropy],
     "check_label_smoothed_cross_entropy": [label_smoothed_cross_entropy],
-    "check_cosine_lr": [cosine_lr, cosine_lr_package],
+    "check_cosine_lr": [cosine_lr],
     "check_clip_grad_norm": [clip_grad_norm,
                              lambda grads, m: ([g * min(1.0, m / torch.stack([g.norm() for g in grads]).norm().item())
                                                 if torch.stack([g.norm() for g in grads]).norm() > 0 else g.clone()
@@ -138,6 +122,34 @@ def test_check_fails_on_stub(name):
 def test_check_fails_on_wrong_answer(name, i):
     with pytest.raises(CheckFailed, match=name):
         checks.CHECKS[name](WRONG[name][i])
+
+
+FORBIDDEN = [  # (check, answer, the call the exercise forbids)
+    ("check_cross_entropy", lambda z, y, ignore_index=-100: F.nll_loss(
+        torch.log_softmax(z, -1), y, ignore_index=ignore_index), "torch.log_softmax"),
+    ("check_cross_entropy", lambda z, y, ignore_index=-100: F.cross_entropy(
+        z, y, ignore_index=ignore_index), "torch.nn.functional.cross_entropy"),
+    ("check_cross_entropy", lambda z, y, ignore_index=-100: torch.nn.CrossEntropyLoss(
+        ignore_index=ignore_index)(z, y), "torch.nn.functional.cross_entropy"),
+    ("check_label_smoothed_cross_entropy", lambda z, y, s: F.cross_entropy(z, y, label_smoothing=s),
+     "torch.nn.functional.cross_entropy"),
+    ("check_cosine_lr", cosine_lr_package, "fundamentallm.training.lr_at"),
+    ("check_clip_grad_norm", lambda grads, m: _clip_with_torch(grads, m), "clip_grad_norm_"),
+]
+
+
+def _clip_with_torch(grads, max_norm):
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return [p.grad for p in params], total
+
+
+@pytest.mark.parametrize("name,fn,call", FORBIDDEN, ids=[f"{n}-{c}" for n, _, c in FORBIDDEN])
+def test_forbidden_call_fails(name, fn, call):
+    with pytest.raises(CheckFailed, match=f"asks you not to use .*{call}"):
+        checks.CHECKS[name](fn)
 
 
 def test_overflow_message_explains_log_sum_exp():

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from book_solutions import book_solution
 
 from fundamentallm import checks, generation
 from fundamentallm.checks import CheckFailed
@@ -15,32 +16,16 @@ from fundamentallm.checks import CheckFailed
 # --- correct answers ---------------------------------------------------------------------------
 
 
-def top_k_filter(logits, k):
-    if k >= logits.shape[-1]:
-        return logits.clone()
-    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
-    return logits.masked_fill(logits < kth, float("-inf"))
+top_k_filter = book_solution("ch10-ex1", "top_k_filter")
 
 
-def top_p_filter(logits, p):
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    probs = torch.softmax(sorted_logits.float(), dim=-1)
-    remove_sorted = torch.cumsum(probs, dim=-1) - probs >= p
-    return logits.masked_fill(remove_sorted.scatter(-1, order, remove_sorted), float("-inf"))
+top_p_filter = book_solution("ch10-ex2", "top_p_filter")
 
 
-def greedy_decode(model_fn, ids, n):
-    for _ in range(n):
-        ids = torch.cat([ids, model_fn(ids)[:, -1].argmax(-1)[:, None]], dim=1)
-    return ids
+greedy_decode = book_solution("ch10-ex3", "greedy_decode")
 
 
-def cached_attention(q, k_new, v_new, cache):
-    if cache is not None:
-        k_new, v_new = torch.cat([cache[0], k_new], 2), torch.cat([cache[1], v_new], 2)
-    T_new, T_all = q.shape[2], k_new.shape[2]
-    allowed = torch.ones(T_new, T_all, dtype=torch.bool).tril(T_all - T_new)
-    return F.scaled_dot_product_attention(q, k_new, v_new, attn_mask=allowed), (k_new, v_new)
+cached_attention = book_solution("ch10-ex4", "cached_attention")
 
 
 def cached_attention_explicit(q, k_new, v_new, cache):

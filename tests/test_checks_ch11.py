@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -96,23 +97,13 @@ def _softmax(z):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def softmax_backward(y, dy):
-    return y * (dy - (dy * y).sum(axis=-1, keepdims=True))
+softmax_backward = book_solution("ch11-ex1", "softmax_backward")
 
 
-def linear_backward(x, W, dy):
-    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
-    return dy @ W, dy2.T @ x2, dy2.sum(axis=0)
+linear_backward = book_solution("ch11-ex2", "linear_backward")
 
 
-def layernorm_backward(x, gamma, dy, eps=1e-5):
-    C = x.shape[-1]
-    mu = x.mean(axis=-1, keepdims=True)
-    rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + eps)
-    xhat = (x - mu) * rstd
-    g = dy * gamma
-    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
-    return dx, (dy * xhat).reshape(-1, C).sum(axis=0), dy.reshape(-1, C).sum(axis=0)
+layernorm_backward = book_solution("ch11-ex3", "layernorm_backward")
 
 
 def _attention_parts(q, k, v, causal):
@@ -123,16 +114,11 @@ def _attention_parts(q, k, v, causal):
     return _softmax(s), D
 
 
-def attention_backward(q, k, v, dout, causal=True):
-    p, D = _attention_parts(q, k, v, causal)
-    dv = np.swapaxes(p, -1, -2) @ dout
-    dp = dout @ np.swapaxes(v, -1, -2)
-    ds = softmax_backward(p, dp) / np.sqrt(D)
-    return ds @ k, np.swapaxes(ds, -1, -2) @ q, dv
+attention_backward = book_solution("ch11-ex4", "attention_backward")
 
 
 def attention_backward_torch(q, k, v, dout, causal=True):
-    """Also correct: autograd inside, torch tensors out (the check accepts either kind)."""
+    """Right numbers, but autograd does the work: the exercise forbids it."""
     q, k, v = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
     T, D = q.shape[-2], q.shape[-1]
     s = q @ k.transpose(-2, -1) / D ** 0.5
@@ -197,11 +183,27 @@ def attention_backward_two_values(q, k, v, dout, causal=True):
     (checks.check_linear_backward, linear_backward),
     (checks.check_layernorm_backward, layernorm_backward),
     (checks.check_attention_backward, attention_backward),
-    (checks.check_attention_backward, attention_backward_torch),
 ])
 def test_correct_answers_pass(check, fn, capsys):
     assert check(fn) is True
     assert "passed" in capsys.readouterr().out
+
+
+def test_autograd_is_forbidden():
+    with pytest.raises(CheckFailed, match="asks you not to use torch.autograd.grad"):
+        checks.check_attention_backward(attention_backward_torch)
+
+
+def _linear_backward_with_backward(x, W, dy):
+    x, W = torch.tensor(x, requires_grad=True), torch.tensor(W, requires_grad=True)
+    b = torch.zeros(W.shape[0], dtype=W.dtype, requires_grad=True)
+    (x @ W.T + b).backward(torch.tensor(dy))
+    return x.grad, W.grad, b.grad
+
+
+def test_backward_is_forbidden():
+    with pytest.raises(CheckFailed, match="asks you not to use torch.Tensor.backward"):
+        checks.check_linear_backward(_linear_backward_with_backward)
 
 
 @pytest.mark.parametrize("check", [checks.check_softmax_backward, checks.check_linear_backward,

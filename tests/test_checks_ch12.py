@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -12,37 +13,16 @@ from fundamentallm.checks import CheckFailed
 # --- correct answers -----------------------------------------------------------------------------
 
 
-def apply_operation(op, digits):
-    table = {"First": lambda d: d[0], "Second": lambda d: d[1], "Last": lambda d: d[-1],
-             "Max": max, "Min": min}
-    if op not in table:
-        raise ValueError(f"op={op!r}; allowed: {sorted(table)}")
-    return table[op](digits)
+apply_operation = book_solution("ch12-ex1", "apply_operation")
 
 
-def accuracy_by_operation(preds, labels, operations):
-    correct = (torch.as_tensor(preds) == torch.as_tensor(labels)).float()
-    out = {}
-    for op in dict.fromkeys(operations):
-        keep = torch.tensor([o == op for o in operations])
-        out[op] = correct[keep].mean().item()
-    return out
+accuracy_by_operation = book_solution("ch12-ex2", "accuracy_by_operation")
 
 
-def mean_pool(hidden, attention_mask):
-    keep = attention_mask.to(hidden.dtype).unsqueeze(-1)
-    return (hidden * keep).sum(1) / keep.sum(1)
+mean_pool = book_solution("ch12-ex3", "mean_pool")
 
 
-def mlm_mask(input_ids, generator, mask_id=2, vocab_size=20, special_ids=(0, 1), select_prob=0.15):
-    selectable = ~torch.isin(input_ids, torch.tensor(special_ids))
-    selected = (torch.rand(input_ids.shape, generator=generator) < select_prob) & selectable
-    labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
-    u = torch.rand(input_ids.shape, generator=generator)
-    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator)
-    corrupted = torch.where(selected & (u < 0.8), torch.full_like(input_ids, mask_id), input_ids)
-    corrupted = torch.where(selected & (u >= 0.8) & (u < 0.9), random_ids, corrupted)
-    return corrupted, labels
+mlm_mask = book_solution("ch12-ex4", "mlm_mask")
 
 
 def mlm_mask_bert_style(input_ids, generator, mask_id=2, vocab_size=20, special_ids=(0, 1),
@@ -164,7 +144,7 @@ CORRECT = [
 ]
 
 WRONG = [
-    (checks.check_apply_operation, apply_operation_sorts_in_place, "changed the caller's list"),
+    (checks.check_apply_operation, apply_operation_sorts_in_place, "modified its argument 2 in place"),
     (checks.check_apply_operation, apply_operation_second_is_index_2, "Second"),
     (checks.check_apply_operation, apply_operation_silent_unknown, "ValueError"),
     (checks.check_accuracy_by_operation, accuracy_overall_everywhere, "accuracy of"),

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from book_solutions import book_solution
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -14,18 +15,10 @@ from fundamentallm.checks import CheckFailed
 # --- correct answers ---------------------------------------------------------------------------
 
 
-def find_nan_or_inf(named_tensors):
-    return [n for n, t in named_tensors
-            if t is not None and t.is_floating_point() and not torch.isfinite(t).all()]
+find_nan_or_inf = book_solution("ch13-ex1", "find_nan_or_inf")
 
 
-def detect_loss_spike(losses, factor=2.0, window=10):
-    out = []
-    for i, x in enumerate(losses):
-        prev = [v for v in losses[max(0, i - window):i] if math.isfinite(v)]
-        if not math.isfinite(x) or (prev and x > factor * sum(prev) / len(prev)):
-            out.append(i)
-    return out
+detect_loss_spike = book_solution("ch13-ex2", "detect_loss_spike")
 
 
 def detect_loss_spike_tensor(losses, factor=2.0, window=10):
@@ -40,10 +33,7 @@ def detect_loss_spike_tensor(losses, factor=2.0, window=10):
     return out
 
 
-def bad_attention_rows(weights, atol=1e-5):
-    finite = torch.isfinite(weights).all(-1)
-    w = torch.where(torch.isfinite(weights), weights, torch.zeros_like(weights))
-    return ~(finite & ((w.sum(-1) - 1).abs() <= atol) & (w.amin(-1) >= 0))
+bad_attention_rows = book_solution("ch13-ex3", "bad_attention_rows")
 
 
 def _outputs(model, ids):
@@ -59,12 +49,7 @@ def _outputs(model, ids):
     return [(n, o) for n, o in out if isinstance(o, torch.Tensor)]
 
 
-def first_divergence(model_a, model_b, input_ids, atol=1e-5):
-    b = dict(_outputs(model_b, input_ids))
-    for name, o in _outputs(model_a, input_ids):
-        if name in b and (o.shape != b[name].shape or (o - b[name]).abs().max() > atol):
-            return name
-    return None
+first_divergence = book_solution("ch13-ex4", "first_divergence")
 
 
 def stub(*args, **kwargs):

@@ -9,7 +9,7 @@ import torch
 from .core import CheckFailed, assert_same, check_shape, exercise_check
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.softmax",))
 def check_softmax_rows(softmax_rows: Callable) -> str:
     """``softmax_rows(x)``: softmax over the last dimension, stable for large scores."""
     g = torch.Generator().manual_seed(500)
@@ -59,7 +59,7 @@ def check_scaled_scores(scaled_scores: Callable) -> str:
     return f"correct on {len(cases)} inputs, including batched ones with T_q != T_k"
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.attention.causal_mask",))
 def check_make_causal_mask(make_causal_mask: Callable) -> str:
     """``make_causal_mask(T)`` -> boolean (T, T), True where key j <= query i."""
     for T in (1, 2, 5, 9):
@@ -83,7 +83,7 @@ def _reference_attention(q, k, v, mask=None):
     return w @ v, w
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.attention.scaled_dot_product_attention",))
 def check_attention(attention: Callable) -> str:
     """``attention(q, k, v, mask=None)`` -> ``(output, weights)``. A boolean mask keeps True keys,
     a float mask is added to the scores; a query with every key masked gets zeros, not NaN."""

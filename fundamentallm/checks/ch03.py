@@ -66,7 +66,7 @@ def check_merge_heads(merge_heads: Callable) -> str:
     return f"{len(cases)} shapes, as views and as contiguous tensors"
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.special.entr",))
 def check_attention_entropy(attention_entropy: Callable) -> str:
     """``attention_entropy(weights)``: ``(..., T_q, T_k)`` rows of probabilities -> ``(..., T_q)``
     entropies in nats, with ``0·log 0 = 0``."""
@@ -103,7 +103,7 @@ def _ref_mha(x, w_q, w_k, w_v, w_o, num_heads, causal):
         return ref(x, x, x, attn_mask=blocked, need_weights=False)[0]
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.attention.MultiHeadAttention.forward",))
 def check_multi_head_attention(multi_head_attention: Callable) -> str:
     """``multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, causal=False)`` with ``(C, C)``
     weights in ``nn.Linear`` layout (``q = x @ w_q.T``), compared with ``nn.MultiheadAttention``."""

@@ -57,7 +57,7 @@ def _ref_sinusoidal(max_seq_len: int, d_model: int, base: float) -> torch.Tensor
     return pe
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.positions.sinusoidal_table",))
 def check_sinusoidal_encoding(sinusoidal_encoding: Callable) -> str:
     """``sinusoidal_encoding(max_seq_len, d_model, base=10000.0)``: the ``(max_seq_len, d_model)``
     table ``PE[pos, 2i] = sin(pos / base^(2i/d_model))``, ``PE[pos, 2i+1] = cos(...)``;
@@ -74,7 +74,7 @@ def check_sinusoidal_encoding(sinusoidal_encoding: Callable) -> str:
     return f"{len(cases)} tables (two bases) and the odd-d_model validation"
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.positions.rotate_half",))
 def check_rotate_half(rotate_half: Callable) -> str:
     """``rotate_half(x)``: ``(x1, x2) -> (-x2, x1)`` on the two halves of the last dimension;
     ``ValueError`` for an odd last dimension."""

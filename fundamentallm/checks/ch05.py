@@ -41,7 +41,7 @@ def _ch05_grads(out: Any, inputs: list[torch.Tensor], upstream: torch.Tensor, wh
     return torch.autograd.grad((out * upstream).sum(), inputs, allow_unused=True)
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.norms.LayerNorm.forward",))
 def check_layer_norm(layer_norm: Callable) -> str:
     """``layer_norm(x, weight, bias, eps)``: normalise the last dimension with the biased
     variance, eps inside the square root, then scale and shift; outputs and gradients equal to
@@ -70,7 +70,7 @@ def check_layer_norm(layer_norm: Callable) -> str:
     return "outputs and gradients equal to F.layer_norm (float32/64, large eps, constant rows)"
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.norms.RMSNorm.forward",))
 def check_rms_norm(rms_norm: Callable) -> str:
     """``rms_norm(x, weight, eps)``: ``x / sqrt(mean(x²) + eps) * weight`` over the last
     dimension; outputs and gradients equal to ``F.rms_norm``."""

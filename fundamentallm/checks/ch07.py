@@ -14,7 +14,7 @@ def _ch07_rng(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(700 + seed)
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.nn.functional.gelu", "fundamentallm.feedforward.FeedForward.forward"))
 def check_feed_forward(feed_forward: Callable) -> str:
     """``feed_forward(x, w_up, b_up, w_down, b_down)`` = ``down(gelu_tanh(up(x)))`` with
     ``nn.Linear`` layouts, compared with ``F.linear`` + ``F.gelu(approximate="tanh")``."""
@@ -36,7 +36,7 @@ def check_feed_forward(feed_forward: Callable) -> str:
     return f"{len(cases)} cases equal F.linear + F.gelu(approximate='tanh')"
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.feedforward.FeedForward.forward",))
 def check_swiglu(swiglu: Callable) -> str:
     """``swiglu(x, w_gate, w_up, w_down)`` = ``down(silu(gate(x)) * up(x))`` (no biases),
     compared with a reference written with ``F.silu``."""
@@ -59,7 +59,7 @@ def check_swiglu(swiglu: Callable) -> str:
 _GPT2_SMALL_PARAMETERS = 124_439_808
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.model.Transformer.__init__",))
 def check_count_parameters(count_parameters: Callable) -> str:
     """``count_parameters(config_dict)`` -> int, compared with ``Transformer(...).num_parameters()``
     on configurations varying every field that changes the count, and with GPT-2 small's

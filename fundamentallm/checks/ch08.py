@@ -86,7 +86,7 @@ def check_get_pair_counts(get_pair_counts: Callable) -> str:
     return f"correct on {len(cases)} id lists, overlapping pairs and empty input included"
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.tokenizers._merge",))
 def check_merge_pair(merge_pair: Callable) -> str:
     """``merge_pair(ids, pair, new_id)`` -> a new list, every non-overlapping occurrence of ``pair``
     (scanning left to right) replaced by ``new_id``."""

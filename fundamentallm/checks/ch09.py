@@ -38,7 +38,8 @@ def _ch09_finite(got: Any, name: str) -> torch.Tensor:
     return got.reshape(())
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.nn.functional.cross_entropy", "torch.logsumexp",
+                           "torch.log_softmax", "torch.nn.functional.nll_loss"))
 def check_cross_entropy(cross_entropy: Callable) -> str:
     """``cross_entropy(logits, targets, ignore_index=-100)``: ``(N, V)`` logits and ``(N,)``
     targets -> the mean of ``logsumexp(z) - z_y`` over the targets that are not ``ignore_index``."""
@@ -61,7 +62,7 @@ def check_cross_entropy(cross_entropy: Callable) -> str:
     return f"matches F.cross_entropy on {len(cases)} cases, huge logits and ignored targets included"
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.nn.functional.cross_entropy",))
 def check_label_smoothed_cross_entropy(label_smoothed_cross_entropy: Callable) -> str:
     """``label_smoothed_cross_entropy(logits, targets, smoothing)`` -> the mean cross-entropy against
     the target ``(1 - smoothing)·one_hot(y) + smoothing / V`` (as ``F.cross_entropy``'s
@@ -92,7 +93,7 @@ def _ch09_cosine_reference(step, max_lr, min_lr, warmup_steps, max_steps):
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + np.cos(np.pi * progress))
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.training.lr_at",))
 def check_cosine_lr(cosine_lr: Callable) -> str:
     """``cosine_lr(step, max_lr, min_lr, warmup_steps, max_steps)``: with ``s = step + 1``, linear
     warmup ``max_lr · s / warmup_steps`` while ``s <= warmup_steps``, then a half cosine from
@@ -118,7 +119,7 @@ def check_cosine_lr(cosine_lr: Callable) -> str:
     return f"correct at {n} steps of {len(settings)} schedules (warmup, decay, after the end)"
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.nn.utils.clip_grad_norm_",))
 def check_clip_grad_norm(clip_grad_norm: Callable) -> str:
     """``clip_grad_norm(grads, max_norm)`` -> ``(clipped, total_norm)``: the global L2 norm over
     all tensors, and new tensors scaled by ``min(1, max_norm / total_norm)``."""

@@ -40,7 +40,7 @@ def _ch10_compare_kept(got: torch.Tensor, expected_keep: torch.Tensor, what: str
                           f"{int(kept.sum())} tokens, the reference keeps {int(expected_keep.sum())}")
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.generation.top_k_filter",))
 def check_top_k_filter(top_k_filter: Callable) -> str:
     """``top_k_filter(logits, k)`` for ``(..., V)`` logits: keep each row's logits >= its k-th
     largest (ties kept), -inf elsewhere; compared with a reference built on ``torch.sort``."""
@@ -85,7 +85,7 @@ def _ch10_top_p_reference(logits: torch.Tensor, p: float) -> tuple[torch.Tensor,
     return keep.reshape(logits.shape), ambiguous.reshape(logits.shape[:-1])
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.generation.top_p_filter",))
 def check_top_p_filter(top_p_filter: Callable) -> str:
     """``top_p_filter(logits, p)`` for ``(..., V)`` logits: nucleus filtering of each row, compared
     with a row-by-row float64 reference (rows within 1e-5 of a boundary are not compared)."""
@@ -121,7 +121,7 @@ def _ch10_greedy_reference(model_fn: Callable, ids: torch.Tensor, n: int) -> tor
     return ids
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.generation.generate",))
 def check_greedy_decode(greedy_decode: Callable) -> str:
     """``greedy_decode(model_fn, ids, n)`` -> ``(B, T + n)``, compared with a reference loop, on
     a bigram model and on a model whose prediction depends on the whole context."""

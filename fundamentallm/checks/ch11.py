@@ -9,6 +9,11 @@ import torch
 
 from .core import CheckFailed, assert_same, exercise_check
 
+# The exercises compute gradients by hand: autograd in any form is forbidden.
+_AUTOGRAD = ("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
+             "torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
+             "torch.func.grad", "torch.func.vjp", "torch.func.jacrev")
+
 
 def _ch11_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(1100 + seed)
@@ -22,7 +27,7 @@ def _ch11_arrays(out: Any, n: int, what: str) -> list[np.ndarray]:
     return [o.detach().cpu().numpy() if isinstance(o, torch.Tensor) else o for o in out]
 
 
-@exercise_check
+@exercise_check(forbidden=_AUTOGRAD)
 def check_softmax_backward(softmax_backward: Callable) -> str:
     """``softmax_backward(y, dy)`` -> ``dz`` for ``y = softmax(z)`` over the last axis, compared
     with PyTorch autograd in float64 (shapes (5,), (3, 4), (2, 3, 6); saturated and masked rows)."""
@@ -42,7 +47,7 @@ def check_softmax_backward(softmax_backward: Callable) -> str:
     return f"{len(cases)} cases match autograd"
 
 
-@exercise_check
+@exercise_check(forbidden=_AUTOGRAD)
 def check_linear_backward(linear_backward: Callable) -> str:
     """``linear_backward(x, W, dy)`` -> ``(dx, dW, db)`` for ``y = x @ W.T + b``, compared with
     autograd of ``F.linear`` in float64 (one row, a batch, and extra leading axes)."""
@@ -61,7 +66,7 @@ def check_linear_backward(linear_backward: Callable) -> str:
     return f"{len(cases)} cases match autograd"
 
 
-@exercise_check
+@exercise_check(forbidden=_AUTOGRAD)
 def check_layernorm_backward(layernorm_backward: Callable) -> str:
     """``layernorm_backward(x, gamma, dy, eps=1e-5)`` -> ``(dx, dgamma, dbeta)``, compared with
     autograd of ``F.layer_norm`` in float64 (incl. a constant row and a large offset)."""
@@ -88,7 +93,7 @@ def check_layernorm_backward(layernorm_backward: Callable) -> str:
     return f"{len(cases)} cases match autograd"
 
 
-@exercise_check
+@exercise_check(forbidden=_AUTOGRAD)
 def check_attention_backward(attention_backward: Callable) -> str:
     """``attention_backward(q, k, v, dout, causal=True)`` -> ``(dq, dk, dv)`` for
     ``softmax(q kᵀ/√D + mask) v``, compared with autograd in float64 (causal and not; (T, D),

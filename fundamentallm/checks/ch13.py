@@ -154,7 +154,7 @@ def check_bad_attention_rows(bad_attention_rows: Callable) -> str:
     return f"{len(cases)} cases (wrong softmax axis, NaN, zero rows, negative weights, tolerance)"
 
 
-@exercise_check
+@exercise_check(may_return_none=True)
 def check_first_divergence(first_divergence: Callable) -> str:
     """``first_divergence(model_a, model_b, input_ids, atol)`` -> the name of the first submodule
     (in the order submodules finish) whose output differs, or None; on pairs of

@@ -3,44 +3,320 @@ an independent reference, and says exactly what is wrong (which output, the firs
 element, expected vs got). A check prints one line when it passes -- giving feedback is its job --
 and raises :class:`CheckFailed` (an ``AssertionError``) when it does not.
 
-Every check is registered in :data:`CHECKS`; the tests run each one against the book's reference
-solution (must pass) and against an unimplemented stub (must fail with a helpful message).
+Every check is registered in :data:`CHECKS` (and its forbidden calls in :data:`FORBIDDEN`); the
+tests run each one against the book's reference solution (must pass) and against an unimplemented
+stub (must fail with a helpful message). :func:`exercise_check` owns the call into the student's
+function: see its docstring and book/CONTRIBUTING.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
+import inspect
+import os
+import site
+import sys
+import sysconfig
+import types
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
 CHECKS: dict[str, Callable[..., bool]] = {}
+FORBIDDEN: dict[str, tuple[str, ...]] = {}  # check name -> the calls its exercise forbids
 
 
 class CheckFailed(AssertionError):
     """Raised by a ``check_*`` function when the student's answer is wrong."""
 
 
-def exercise_check(fn: Callable[..., Optional[str]]) -> Callable[..., bool]:
+# --- Where a frame's code comes from: the checks, a library, or the student -------------------
+
+_CHECKS_DIR = str(Path(__file__).resolve().parent)
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+_LIBRARY_DIRS = tuple(sorted(
+    {str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {str(Path(p).resolve()) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    | {str(Path(m.__file__).resolve().parents[1]) for m in (np, torch)} | {_PACKAGE_DIR}))
+_CHECK, _LIBRARY, _STUDENT = "check", "library", "student"
+_kinds: dict[str, str] = {}
+
+
+def _frame_kind(code: types.CodeType) -> str:
+    """Classify a code object by its file: this package's ``checks`` (the checks), an installed
+    library or ``fundamentallm`` itself (a library), anything else (the student: a notebook cell,
+    a grading cell, a test file)."""
+    name = code.co_filename
+    kind = _kinds.get(name)
+    if kind is None:
+        if name.startswith("<frozen") or name.startswith("<__array_function__"):
+            kind = _LIBRARY
+        else:
+            resolved = os.path.realpath(name) if not name.startswith("<") else name
+            if resolved.startswith(_CHECKS_DIR + os.sep):
+                kind = _CHECK
+            elif resolved.startswith(tuple(d + os.sep for d in _LIBRARY_DIRS)):
+                kind = _LIBRARY
+            else:
+                kind = _STUDENT
+        _kinds[name] = kind
+    return kind
+
+
+def _called_by_student(frame: Optional[types.FrameType]) -> bool:
+    """Whether the nearest non-library frame at or above ``frame`` is the student's code: a
+    forbidden function called by a library the student called counts, one the check calls does not."""
+    while frame is not None:
+        kind = _frame_kind(frame.f_code)
+        if kind != _LIBRARY:
+            return kind == _STUDENT
+        frame = frame.f_back
+    return False
+
+
+# --- Forbidden calls ---------------------------------------------------------------------------
+
+# A forbidden ``torch.X`` also forbids its aliases of the same name in these namespaces.
+_ALIAS_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.special", "torch.linalg",
+                     "torch.fft", "torch._C._nn", "torch._C._special", "torch._C._linalg")
+
+
+def _resolve(dotted: str) -> Any:
+    """The object named by ``dotted`` (``"torch.nn.functional.softmax"``, ``"torch.Tensor.softmax"``,
+    ``"fundamentallm.attention.causal_mask"``, or a module such as ``"torch"``)."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            break
+        return obj
+    raise ValueError(f"forbidden: {dotted!r} does not name an importable object; "
+                     f"use a dotted path such as 'torch.softmax' or 'torch.nn.functional.softmax'")
+
+
+class _Forbidden:
+    """The objects behind a check's forbidden names, matched against the calls the profiler sees:
+    Python functions by code object, C functions by identity (or by bound name and owner type for
+    tensor methods), modules by the module a function belongs to."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.codes: dict[types.CodeType, str] = {}
+        self.builtins: dict[int, str] = {}
+        self.methods: dict[tuple[str, type], str] = {}
+        self.modules: dict[str, str] = {}
+        self._alive: list[Any] = []
+        for dotted in names:
+            obj = _resolve(dotted)
+            self._add(dotted, obj)
+            if dotted.startswith("torch.") and not isinstance(obj, types.ModuleType):
+                short = dotted.rsplit(".", 1)[-1]
+                for ns in _ALIAS_NAMESPACES:
+                    with contextlib.suppress(ValueError):
+                        self._add(dotted, _resolve(f"{ns}.{short}"))
+
+    def _add(self, label: str, obj: Any) -> None:
+        if isinstance(obj, types.ModuleType):
+            self.modules[obj.__name__] = label
+            return
+        fn = inspect.unwrap(obj) if callable(obj) else obj
+        for f in {obj, fn}:
+            code = getattr(f, "__code__", None)
+            if isinstance(code, types.CodeType):
+                self.codes[code] = label
+            elif isinstance(f, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+                self.methods[(f.__name__, f.__objclass__)] = label
+            elif isinstance(f, types.BuiltinFunctionType) or callable(f):
+                self.builtins[id(f)] = label
+                self._alive.append(f)  # keep the id from being reused
+
+    def match_python(self, frame: types.FrameType) -> Optional[str]:
+        label = self.codes.get(frame.f_code)
+        if label is None and self.modules:
+            module = frame.f_globals.get("__name__", "")
+            label = next((v for m, v in self.modules.items() if module == m or module.startswith(m + ".")), None)
+        return label
+
+    def match_c(self, fn: Any) -> Optional[str]:
+        label = self.builtins.get(id(fn))
+        if label is None and self.methods:
+            owner = getattr(fn, "__self__", None)
+            label = next((v for (name, cls), v in self.methods.items()
+                          if getattr(fn, "__name__", None) == name and isinstance(owner, cls)), None)
+        if label is None and self.modules:
+            module = getattr(fn, "__module__", None) or ""
+            owner = getattr(fn, "__self__", None)
+            owner_module = type(owner).__module__ if owner is not None else ""
+            label = next((v for m, v in self.modules.items()
+                          if any(x == m or x.startswith(m + ".") for x in (module, owner_module))), None)
+        return label
+
+
+def run_forbidding(names: tuple[str, ...], call: Callable[[], Any]) -> Any:
+    """Run ``call()``; any call the student's code makes meanwhile (directly, or through a library
+    such as ``nn.CrossEntropyLoss``) to one of ``names`` or its aliases fails with a
+    :class:`CheckFailed` naming it (even if ``call`` also failed). The previous profiler is
+    restored whatever happens, ``SystemExit`` included."""
+    if not names:
+        return call()
+    forbidden = _Forbidden(tuple(names))
+    used: list[str] = []
+
+    def profiler(frame, event, arg):
+        if event == "call":
+            label = forbidden.match_python(frame)
+            if label is not None and _called_by_student(frame.f_back):
+                used.append(label)
+        elif event == "c_call":
+            label = forbidden.match_c(arg)
+            if label is not None and _called_by_student(frame):
+                used.append(label)
+
+    previous = sys.getprofile()
+    sys.setprofile(profiler)
+    error: Optional[Exception] = None
+    try:
+        result = call()
+    except Exception as e:  # report a forbidden call first, then the failure
+        result, error = None, e
+    finally:  # also on SystemExit / KeyboardInterrupt
+        tampered = sys.getprofile() is not profiler
+        sys.setprofile(previous)
+    if tampered:
+        raise CheckFailed("your code changed the profiler (sys.setprofile) that checks the "
+                          "functions this exercise forbids")
+    if used:
+        raise CheckFailed(f"this exercise asks you not to use {used[0]}; write it with "
+                          f"basic operations instead")
+    if error is not None:
+        raise error
+    return result
+
+
+# --- The call into the student's function ------------------------------------------------------
+
+def _snapshot(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (torch.Tensor, np.ndarray)) for v in value):
+        return [_snapshot(v) for v in value]
+    if isinstance(value, list) and all(isinstance(v, (int, float, str)) for v in value):
+        return list(value)
+    return None
+
+
+def _unchanged(before: Any, after: Any) -> bool:
+    if isinstance(before, torch.Tensor):
+        if not isinstance(after, torch.Tensor) or after.shape != before.shape:
+            return False
+        return bool(torch.equal(after.detach(), before)) or (
+            before.is_floating_point() and bool(torch.equal(after.detach().isnan(), before.isnan()))
+            and bool(torch.equal(after.detach().nan_to_num(0.0), before.nan_to_num(0.0))))
+    if isinstance(before, np.ndarray):
+        return isinstance(after, np.ndarray) and after.shape == before.shape and \
+            bool(np.array_equal(after, before, equal_nan=before.dtype.kind in "fc"))
+    if isinstance(before, list) and isinstance(after, (list, tuple)) and len(after) == len(before):
+        return all(_unchanged(b, a) if isinstance(b, (torch.Tensor, np.ndarray))
+                   else (b == a or (b != b and a != a))  # NaN equals NaN here
+                   for b, a in zip(before, after))
+    return False
+
+
+def _student_call(fn: Callable, pure: bool, may_return_none: bool) -> Callable:
+    """Wrap the student's function: mark exceptions it raises as the student's, report an input
+    it modified in place (``pure``) and a missing ``return`` (unless ``may_return_none``)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        snapshots = []
+        if pure:
+            snapshots = [(f"argument {i + 1}", a, _snapshot(a)) for i, a in enumerate(args)]
+            snapshots += [(f"argument {k!r}", a, _snapshot(a)) for k, a in kwargs.items()]
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as e:
+            with contextlib.suppress(Exception):
+                e._raised_by_student = True  # type: ignore[attr-defined]
+            raise
+        if pure:
+            for what, value, before in snapshots:
+                if before is not None and not _unchanged(before, value):
+                    raise CheckFailed(f"{fn.__name__} modified its {what} in place; leave the "
+                                      f"inputs unchanged and return a new value")
+        if result is None and not may_return_none:
+            raise CheckFailed(f"{fn.__name__} returned None -- did you forget to `return` "
+                              f"the result?")
+        return result
+
+    call._student_function = fn  # type: ignore[attr-defined]
+    return call
+
+
+def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidden: tuple[str, ...] = (),
+                   pure: bool = True, may_return_none: bool = False) -> Any:
     """Turn ``fn`` (which raises :class:`CheckFailed` or returns an optional detail string) into
-    a student-facing check: stubs and crashes become clear messages; success prints one line."""
+    a student-facing check: stubs and crashes become clear messages; success prints one line.
+
+    Usable bare (``@exercise_check``) or with options
+    (``@exercise_check(forbidden=("torch.softmax",), pure=True)``):
+
+    * ``forbidden``: dotted names the exercise asks the student not to call. ``torch.X`` also
+      forbids ``torch.Tensor.X``, ``torch.nn.functional.X``, ``torch.special.X`` ... of the same
+      name; a module name (``"torch"``) forbids every function in it; a ``fundamentallm.*``
+      function forbids wrapping the package's reference. Calls made through a library count
+      (``nn.CrossEntropyLoss`` calls ``F.cross_entropy``); calls the check itself makes do not.
+    * ``pure`` (default True): every plain function passed to the check is the student's; an
+      input tensor, array or list it modifies in place fails the check. Pass ``pure=False`` for
+      an exercise whose function is meant to work in place.
+    * ``may_return_none`` (default False): a ``None`` result fails the check ("did you forget to
+      return?") unless ``None`` is a valid answer of the exercise.
+    """
+    if isinstance(forbidden, str):
+        raise TypeError(f"forbidden must be a tuple of dotted names, got the string {forbidden!r}")
+    if fn is None:
+        return functools.partial(exercise_check, forbidden=tuple(forbidden), pure=pure,
+                                 may_return_none=may_return_none)
+    forbidden = tuple(forbidden)
+    for name in forbidden:
+        _resolve(name)  # fail at import time on a typo
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> bool:
+        args = tuple(_student_call(a, pure, may_return_none) if isinstance(a, types.FunctionType) else a for a in args)
+        kwargs = {k: _student_call(v, pure, may_return_none) if isinstance(v, types.FunctionType) else v
+                  for k, v in kwargs.items()}
         try:
-            detail = fn(*args, **kwargs)
+            detail = run_forbidding(forbidden, lambda: fn(*args, **kwargs))
         except NotImplementedError:
             raise CheckFailed(f"{fn.__name__}: your function raises NotImplementedError -- "
                               f"replace the stub with your implementation first") from None
         except CheckFailed as e:
             raise CheckFailed(f"{fn.__name__} failed: {e}") from None
-        except Exception as e:  # the student's code crashed: say where, keep the traceback chained
-            raise CheckFailed(f"{fn.__name__}: your code raised {type(e).__name__}: {e}") from e
+        except Exception as e:
+            if getattr(e, "_raised_by_student", False):  # the student's code crashed: say so
+                raise CheckFailed(f"{fn.__name__}: your code raised {type(e).__name__}: {e}") from e
+            raise CheckFailed(
+                f"{fn.__name__}: the check could not use your function's result "
+                f"({type(e).__name__}: {e}); check the type and shape of what you return "
+                f"(if they look right, the check itself may have a bug -- please report it)") from e
         print(f"✓ {fn.__name__} passed" + (f": {detail}" if detail else ""))
         return True
 
+    wrapper.forbidden = forbidden  # type: ignore[attr-defined]
     CHECKS[fn.__name__] = wrapper
+    FORBIDDEN[fn.__name__] = forbidden
     return wrapper
 
 

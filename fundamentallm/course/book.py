@@ -1,0 +1,198 @@
+"""The book as the instructor's source: its chapters (from ``_toc.yml``, read as YAML), their
+exercises, and the student version of a notebook.
+
+Every exercise in a chapter notebook has the same structure (book/CONTRIBUTING.md):
+
+    markdown  :::{exercise} ... :label: chNN-exK
+    markdown  ````{solution-start} chNN-exK   (:class: dropdown)
+    code      tags ["solution"]   imports + top-level functions only, self-contained
+    markdown  ````{solution-end}
+    code      tags ["check"]      e.g. checks.check_softmax_rows(softmax_rows)
+
+The student version drops the solution markers, replaces each solution cell by a stub with the
+same signatures and docstrings whose bodies raise ``NotImplementedError`` (tagged
+``exercise-stub``), and tags each check cell ``raises-exception`` so the unsolved notebook still
+executes end to end.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import nbformat
+import yaml
+
+SOLUTION_TAG, CHECK_TAG, STUB_TAG = "solution", "check", "exercise-stub"
+_LABEL = re.compile(r":label:\s*(\S+)")
+
+
+@dataclass
+class Exercise:
+    """One exercise of a notebook: its label, the code cell and the check cell."""
+
+    label: str
+    code: str
+    check: str
+
+
+def _tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def exercise_label(source: str) -> Optional[str]:
+    """The label of an exercise statement (a markdown cell with ``{exercise}``), else None."""
+    if "{exercise}" not in source:
+        return None
+    m = _LABEL.search(source)
+    return m.group(1) if m else None
+
+
+def find_exercises(nb) -> list[Exercise]:
+    """The exercises of a notebook, in order. Raises ``ValueError`` on a malformed structure
+    (a solution cell with no check cell after it, or no exercise label before it)."""
+    found, label = [], None
+    cells = nb.cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "markdown" and "{exercise}" in cell.source:
+            m = _LABEL.search(cell.source)
+            label = m.group(1) if m else None
+        tags = _tags(cell)
+        if cell.cell_type == "code" and (SOLUTION_TAG in tags or STUB_TAG in tags):
+            check = next((c for c in cells[i + 1:] if c.cell_type == "code" and CHECK_TAG in _tags(c)), None)
+            if check is None or label is None:
+                raise ValueError(f"exercise code cell {i} has no {'check cell after it' if check is None else 'exercise label before it'}")
+            found.append(Exercise(label, cell.source, check.source))
+            label = None
+    return found
+
+
+def make_stub(source: str, label: str = "this exercise") -> str:
+    """Keep imports and each top-level function's signature and docstring; replace every body by
+    ``raise NotImplementedError``. Solution cells hold only imports and definitions."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    imports: list[str] = []
+    out: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.append(ast.get_source_segment(source, node))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            body = node.body
+            has_doc = isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                and isinstance(body[0].value.value, str)
+            keep_until = body[0].end_lineno if has_doc else body[0].lineno - 1
+            header = lines[first - 1:keep_until]
+            indent = " " * body[0].col_offset
+            out.append("\n".join(header) + f"\n{indent}# Your code here.\n"
+                       f"{indent}raise NotImplementedError(\"{label}: implement {node.name}\")")
+        else:
+            raise ValueError(f"solution cells may hold only imports and function definitions; "
+                             f"found a {type(node).__name__} at line {node.lineno}")
+    return "\n\n\n".join(["\n".join(imports)] * bool(imports) + out) + "\n"
+
+
+def to_student_notebook(nb):
+    """A copy of ``nb`` with solutions removed and exercises stubbed (see the module docstring)."""
+    nb = nbformat.from_dict(nb)  # deep copy
+    cells, label = [], None
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and ("{solution-start}" in cell.source or "{solution-end}" in cell.source):
+            continue
+        if cell.cell_type == "markdown" and "{exercise}" in cell.source:
+            m = _LABEL.search(cell.source)
+            label = m.group(1) if m else None
+        tags = _tags(cell)
+        if cell.cell_type == "code" and SOLUTION_TAG in tags:
+            cell.source = make_stub(cell.source, label or "exercise")
+            cell.metadata["tags"] = [t for t in tags if t != SOLUTION_TAG] + [STUB_TAG]
+        elif cell.cell_type == "code" and CHECK_TAG in tags and "raises-exception" not in tags:
+            cell.metadata["tags"] = tags + ["raises-exception"]
+        cells.append(cell)
+    nb.cells = cells
+    return nb
+
+
+def toc_files(root: Path) -> list[str]:
+    """Every ``file``/``root`` entry of ``root/_toc.yml`` (paths without suffix), in order, read
+    as YAML data."""
+    toc = yaml.safe_load((Path(root) / "_toc.yml").read_text(encoding="utf-8")) or {}
+    found: list[str] = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            for key in ("root", "file"):
+                if isinstance(node.get(key), str):
+                    found.append(node[key])
+            for value in node.values():
+                if isinstance(value, (list, dict)):
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(toc)
+    return found
+
+
+@dataclass
+class Chapter:
+    """A chapter notebook of the book and its exercises (from the instructor's source)."""
+
+    name: str
+    path: Path
+    exercises: list[Exercise]
+
+
+def default_root() -> Path:
+    """The book to grade against: the current folder if it holds ``_toc.yml``, else the
+    repository this package lives in."""
+    for candidate in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (candidate / "_toc.yml").exists():
+            return candidate
+    raise FileNotFoundError("no _toc.yml in the current folder or next to the fundamentallm "
+                            "package; pass --root with the book's folder")
+
+
+def book_chapters(root: Optional[Path] = None) -> list[Chapter]:
+    """The chapters of the book in ``root`` that have exercises, in ``_toc.yml`` order. Labels
+    must be unique across the book."""
+    root = Path(root) if root is not None else default_root()
+    if not (root / "_toc.yml").exists():
+        raise FileNotFoundError(f"root={str(root)!r} has no _toc.yml; pass the book's folder")
+    chapters, seen = [], set()
+    for name in toc_files(root):
+        path = root / f"{name}.ipynb"
+        if not path.exists():
+            continue
+        exercises = find_exercises(nbformat.read(path, as_version=4))
+        for ex in exercises:
+            if ex.label in seen:
+                raise ValueError(f"exercise label {ex.label!r} appears twice in the book")
+            seen.add(ex.label)
+        if exercises:
+            chapters.append(Chapter(path.stem, path, exercises))
+    return chapters
+
+
+def run_exercise(ex: Exercise) -> tuple[bool, str]:
+    """Execute the exercise's code and its check in a fresh namespace *in this process*:
+    (passed, message). For the book's own solutions (tests); grading runs submissions in separate
+    processes (:mod:`fundamentallm.course.grading`)."""
+    from .. import checks
+
+    namespace = {"checks": checks, "__name__": "__exercise__"}
+    buf = io.StringIO()
+    try:
+        with redirect_stdout(buf):
+            exec(compile(ex.code, f"<{ex.label} code>", "exec"), namespace)
+            exec(compile(ex.check, f"<{ex.label} check>", "exec"), namespace)
+    except Exception as e:  # a wrong answer, a stub, or a crash: all count as not passed
+        return False, f"{type(e).__name__}: {e}".splitlines()[0]
+    return True, buf.getvalue().strip().splitlines()[-1] if buf.getvalue().strip() else "passed"

@@ -1,0 +1,167 @@
+"""The checks' core: forbidden calls in every spelling (and through the package's reference),
+the profiler restored whatever the student's code does, in-place mutation, missing returns, and
+"your code raised" vs "the check could not use your result". The correct answers are the book's
+own solution cells (run through the course tool), so no solution is written here again."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from book_solutions import book_solution
+
+from fundamentallm import checks
+from fundamentallm.checks import CheckFailed, exercise_check
+from fundamentallm.checks.core import FORBIDDEN
+
+# (check, answer that uses a forbidden call, the name the message must give)
+FORBIDDEN_CASES = [
+    ("check_softmax_rows", lambda x: torch.softmax(x, -1), "torch.softmax"),
+    ("check_softmax_rows", lambda x: x.softmax(-1), "torch.softmax"),
+    ("check_softmax_rows", lambda x: torch.Tensor.softmax(x, -1), "torch.softmax"),
+    ("check_softmax_rows", lambda x: F.softmax(x, dim=-1), "torch.softmax"),
+    ("check_softmax_rows", lambda x: torch.nn.functional.softmax(x, -1), "torch.softmax"),
+    ("check_softmax_rows", lambda x: torch.special.softmax(x, -1), "torch.softmax"),
+    ("check_softmax_rows", lambda x: torch.nn.Softmax(dim=-1)(x), "torch.softmax"),
+    ("check_make_causal_mask", lambda T: __import__("fundamentallm.attention", fromlist=["x"]).causal_mask(T),
+     "fundamentallm.attention.causal_mask"),
+    ("check_attention_entropy", lambda w: torch.special.entr(w).sum(-1), "torch.special.entr"),
+    ("check_feed_forward", lambda x, wu, bu, wd, bd: F.gelu(x @ wu.T + bu, approximate="tanh") @ wd.T + bd,
+     "torch.nn.functional.gelu"),
+    ("check_feed_forward", lambda x, wu, bu, wd, bd: torch.nn.GELU("tanh")(x @ wu.T + bu) @ wd.T + bd,
+     "torch.nn.functional.gelu"),
+    ("check_cross_entropy", lambda z, y, ignore_index=-100: F.cross_entropy(z, y, ignore_index=ignore_index),
+     "torch.nn.functional.cross_entropy"),
+    ("check_cross_entropy", lambda z, y, ignore_index=-100: F.nll_loss(
+        z.log_softmax(-1), y, ignore_index=ignore_index), "torch.log_softmax"),
+    ("check_top_k_filter", lambda z, k: __import__("fundamentallm.generation", fromlist=["x"]).top_k_filter(z, k),
+     "fundamentallm.generation.top_k_filter"),
+    ("check_top_p_filter", lambda z, p: __import__("fundamentallm.generation", fromlist=["x"]).top_p_filter(z, p),
+     "fundamentallm.generation.top_p_filter"),
+    ("check_rotate_half", lambda x: __import__("fundamentallm.positions", fromlist=["x"]).rotate_half(x),
+     "fundamentallm.positions.rotate_half"),
+    ("check_merge_pair", lambda ids, pair, new_id: __import__("fundamentallm.tokenizers", fromlist=["x"])._merge(
+        ids, pair, new_id), "fundamentallm.tokenizers._merge"),
+]
+
+
+@pytest.mark.parametrize("name, answer, call", FORBIDDEN_CASES,
+                         ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(FORBIDDEN_CASES)])
+def test_forbidden_call_fails_with_a_clear_message(name, answer, call):
+    with pytest.raises(CheckFailed, match=f"asks you not to use {call}"):
+        checks.CHECKS[name](answer)
+    assert sys.getprofile() is None
+
+
+def test_wrapping_the_reference_through_an_alias_fails():
+    from fundamentallm.attention import causal_mask as cm  # bound before the check runs
+
+    def make_causal_mask(T):
+        return cm(T).clone()
+
+    with pytest.raises(CheckFailed, match="fundamentallm.attention.causal_mask"):
+        checks.check_make_causal_mask(make_causal_mask)
+
+
+@pytest.mark.parametrize("label, name, check", [
+    ("ch02-ex2", "softmax_rows", "check_softmax_rows"),
+    ("ch02-ex3", "make_causal_mask", "check_make_causal_mask"),
+    ("ch03-ex3", "attention_entropy", "check_attention_entropy"),
+    ("ch07-ex1", "feed_forward", "check_feed_forward"),
+    ("ch09-ex1", "cross_entropy", "check_cross_entropy"),
+    ("ch10-ex1", "top_k_filter", "check_top_k_filter"),
+])
+def test_the_books_solution_uses_no_forbidden_call(label, name, check, capsys):
+    assert FORBIDDEN[check]
+    assert checks.CHECKS[check](book_solution(label, name)) is True
+    assert "passed" in capsys.readouterr().out
+
+
+def test_profiler_is_restored_after_exceptions_and_system_exit():
+    def boom(x):
+        raise RuntimeError("student bug")
+
+    def leave(x):
+        raise SystemExit(3)
+
+    with pytest.raises(CheckFailed, match="your code raised RuntimeError: student bug"):
+        checks.check_softmax_rows(boom)
+    assert sys.getprofile() is None
+    with pytest.raises(SystemExit):
+        checks.check_softmax_rows(leave)
+    assert sys.getprofile() is None
+
+    def outer_profiler(frame, event, arg):
+        return None
+
+    sys.setprofile(outer_profiler)
+    try:
+        with pytest.raises(CheckFailed):
+            checks.check_softmax_rows(lambda x: x.softmax(-1))
+        assert sys.getprofile() is outer_profiler
+    finally:
+        sys.setprofile(None)
+
+
+def test_switching_the_profiler_off_is_reported():
+    def sneaky(x):
+        sys.setprofile(None)
+        return torch.softmax(x, -1)
+
+    with pytest.raises(CheckFailed, match="changed the profiler"):
+        checks.check_softmax_rows(sneaky)
+    assert sys.getprofile() is None
+
+
+def test_forbidden_call_reported_even_when_the_answer_is_also_wrong():
+    with pytest.raises(CheckFailed, match="not to use torch.softmax"):
+        checks.check_softmax_rows(lambda x: torch.softmax(x, 0))
+
+
+def test_mutation_and_missing_return_are_reported():
+    def in_place(x):
+        return x.sub_(x.amax(-1, keepdim=True)).exp_()
+
+    with pytest.raises(CheckFailed, match="modified its argument 1 in place"):
+        checks.check_softmax_rows(in_place)
+    with pytest.raises(CheckFailed, match="did you forget to `return`"):
+        checks.check_softmax_rows(lambda x: None)
+
+
+def test_a_result_the_check_cannot_use_is_not_blamed_on_the_student_as_a_crash():
+    with pytest.raises(CheckFailed) as info:
+        checks.check_attention(lambda q, k, v, mask=None: ("out", "weights"))
+    assert "your code raised" not in str(info.value)
+
+
+def test_exercise_check_with_and_without_arguments():
+    @exercise_check
+    def check_core_demo_bare(fn):
+        checks.assert_same(fn(2), 4)
+
+    @exercise_check(forbidden=("torch.square",), may_return_none=False)
+    def check_core_demo_forbidden(fn):
+        checks.assert_same(fn(torch.tensor(2.0)), torch.tensor(4.0))
+
+    try:
+        assert check_core_demo_bare(lambda x: x * 2) is True
+        assert check_core_demo_forbidden(lambda x: x * x) is True
+        with pytest.raises(CheckFailed, match="not to use torch.square"):
+            check_core_demo_forbidden(lambda x: x.square())
+        assert FORBIDDEN["check_core_demo_forbidden"] == ("torch.square",)
+    finally:
+        for name in ("check_core_demo_bare", "check_core_demo_forbidden"):
+            checks.CHECKS.pop(name, None)
+            FORBIDDEN.pop(name, None)
+    with pytest.raises(ValueError, match="torch.sofmax"):
+        exercise_check(forbidden=("torch.sofmax",))(lambda fn: None)
+    with pytest.raises(TypeError, match="tuple"):
+        exercise_check(forbidden="torch.softmax")(lambda fn: None)
+
+
+def test_every_forbidden_name_resolves_and_is_documented_in_the_statement_or_the_package():
+    for check, names in FORBIDDEN.items():
+        for name in names:
+            assert name.startswith(("torch.", "fundamentallm.")), (check, name)

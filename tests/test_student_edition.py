@@ -1,0 +1,119 @@
+"""The student edition is safe to publish: its toc keeps every chapter (edited as YAML data), its
+buttons do not open the book's repository, it builds with warnings as errors, and no solution text
+survives anywhere in the built book."""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from fundamentallm.course import make_stub, student_config, student_edition, student_toc, toc_files
+from fundamentallm.course.book import SOLUTION_TAG
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK_CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+BOOK_URL = BOOK_CONFIG["repository"]["url"]
+
+
+def test_toc_is_edited_as_data():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    student, removed = student_toc(toc)
+    assert removed == ["book/instructors"]
+    files = [f for f in toc_files(ROOT) if "instructors" not in f]
+    text = yaml.safe_dump(student, sort_keys=False)
+    assert re.findall(r"(?:file|root): (\S+)", text) == files  # nothing else lost (chapters 11-13)
+    for part in student["parts"]:
+        assert part.get("chapters"), part
+
+
+def test_config_without_repository_has_no_buttons():
+    config = student_config(BOOK_CONFIG)
+    assert "launch_buttons" not in config and "repository" not in config
+    assert not any(config["html"][k] for k in ("use_repository_button", "use_issues_button", "use_edit_page_button"))
+    assert config["title"].endswith("(student edition)")
+
+
+def test_config_with_repository_points_there():
+    url = "https://github.com/a-university/llm-course-student"
+    config = student_config(BOOK_CONFIG, repository=url)
+    assert config["repository"]["url"] == url
+    assert config["launch_buttons"] == BOOK_CONFIG["launch_buttons"]
+    with pytest.raises(ValueError, match="repository"):
+        student_config(BOOK_CONFIG, repository="not a url")
+
+
+def _solution_lines() -> dict[str, list[str]]:
+    """For each solution cell, its lines that the stub does not keep and that appear nowhere else
+    in the book's source (the chapter may legitimately show the same line)."""
+    elsewhere, solutions = [], {}
+    for path in sorted((ROOT / "book").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code" and SOLUTION_TAG in cell.metadata.get("tags", []):
+                stub = make_stub(cell.source)  # signatures and docstrings are public
+                elsewhere.append(stub)
+                lines = [ln.strip() for ln in cell.source.splitlines()]
+                solutions[f"{path.stem}[{i}]"] = [ln for ln in lines if len(ln) >= 16 and ln not in stub]
+            else:
+                elsewhere.append(cell.source)
+    for md in (ROOT / "book").glob("*.md"):
+        elsewhere.append(md.read_text())
+    other = "\n".join(elsewhere)
+    return {k: [ln for ln in v if ln not in other] for k, v in solutions.items()}
+
+
+def _texts(folder: Path):
+    for path in folder.rglob("*"):
+        if path.is_file() and path.suffix in {".html", ".ipynb", ".md", ".txt", ".js", ".yml", ".json", ".py"}:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if path.suffix == ".html":
+                text = html.unescape(re.sub(r"<[^>]+>", "", text))
+            yield path, text
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The student edition, built once with Jupyter Book (warnings as errors, notebooks not
+    executed: its exercises are stubs, and executing is tested elsewhere)."""
+    exe = shutil.which("jupyter-book") or str(Path(sys.executable).parent / "jupyter-book")
+    if not Path(exe).exists():
+        pytest.skip("jupyter-book is not installed (pip install -r requirements.txt)")
+    out = tmp_path_factory.mktemp("student") / "edition"
+    student_edition(out, ROOT, execute=False)
+    result = subprocess.run([exe, "build", str(out), "--all", "-W", "-n", "--keep-going"],
+                            capture_output=True, text=True, timeout=900)
+    return out, result
+
+
+def test_student_edition_builds_with_every_chapter(built):
+    out, result = built
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    html_dir = out / "_build" / "html"
+    for name in toc_files(out):
+        assert (html_dir / f"{name}.html").exists(), name
+    assert any("11_backprop_by_hand" in n for n in toc_files(out))
+    assert not (html_dir / "book" / "instructors.html").exists()
+
+
+def test_student_edition_has_no_solution_text_and_no_book_buttons(built):
+    out, _ = built
+    lines = _solution_lines()
+    assert sum(map(len, lines.values())) > 100  # the search is not vacuous
+    book_text = "\n".join(c.source for p in (ROOT / "book").glob("*.ipynb")
+                          for c in nbformat.read(p, as_version=4).cells)
+    assert all(ln in book_text for v in lines.values() for ln in v)
+    found = []
+    for path, text in _texts(out):
+        found += [(path.name, key, ln) for key, v in lines.items() for ln in v if ln in text]
+        if path.suffix == ".html":
+            for needle in ("colab.research.google.com", "mybinder.org", BOOK_URL):
+                assert needle not in text, f"{path}: {needle}"
+    assert not found, found[:5]
