@@ -198,3 +198,40 @@ def test_checks_are_registered():
     for name in ("check_layer_norm", "check_rms_norm", "check_inverted_dropout",
                  "check_residual_gradient_norms"):
         assert name in checks.CHECKS
+
+
+# --- LayerNorm backward by hand -------------------------------------------------------------------
+
+def _ln_backward(x, weight, grad_out, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    rstd = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    x_hat = (x - mean) * rstd
+    g = grad_out * weight  # dL/dx_hat
+    grad_x = rstd * (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True))
+    return grad_x, (grad_out * x_hat).sum(0), grad_out.sum(0)
+
+
+def _ln_backward_no_mean_term(x, weight, grad_out, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    rstd = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    x_hat = (x - mean) * rstd
+    g = grad_out * weight
+    grad_x = rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
+    return grad_x, (grad_out * x_hat).sum(0), grad_out.sum(0)
+
+
+def _ln_backward_as_constant_stats(x, weight, grad_out, eps=1e-5):
+    grad_x, grad_w, grad_b = _ln_backward(x, weight, grad_out, eps)
+    rstd = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    return grad_out * weight * rstd, grad_w, grad_b  # treats mean and std as constants
+
+
+def test_check_layer_norm_backward(capsys):
+    assert checks.check_layer_norm_backward(_ln_backward) is True
+    assert "passed" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="sum to 0"):
+        checks.check_layer_norm_backward(_ln_backward_no_mean_term)
+    with pytest.raises(CheckFailed, match="grad_x"):
+        checks.check_layer_norm_backward(_ln_backward_as_constant_stats)
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_layer_norm_backward(lambda *a, **k: (_ for _ in ()).throw(NotImplementedError))
