@@ -200,38 +200,26 @@ def test_checks_are_registered():
         assert name in checks.CHECKS
 
 
-# --- LayerNorm backward by hand -------------------------------------------------------------------
 
-def _ln_backward(x, weight, grad_out, eps=1e-5):
-    mean = x.mean(-1, keepdim=True)
-    rstd = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
-    x_hat = (x - mean) * rstd
-    g = grad_out * weight  # dL/dx_hat
-    grad_x = rstd * (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True))
-    return grad_x, (grad_out * x_hat).sum(0), grad_out.sum(0)
+# --- the covariance of dropout's outputs ----------------------------------------------------------
+
+def _dropout_cov(W, x, p):
+    return p / (1 - p) * W @ torch.diag(x ** 2) @ W.T
 
 
-def _ln_backward_no_mean_term(x, weight, grad_out, eps=1e-5):
-    mean = x.mean(-1, keepdim=True)
-    rstd = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
-    x_hat = (x - mean) * rstd
-    g = grad_out * weight
-    grad_x = rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
-    return grad_x, (grad_out * x_hat).sum(0), grad_out.sum(0)
+def _dropout_cov_diagonal_only(W, x, p):
+    return torch.diag(torch.diagonal(_dropout_cov(W, x, p)))
 
 
-def _ln_backward_as_constant_stats(x, weight, grad_out, eps=1e-5):
-    grad_x, grad_w, grad_b = _ln_backward(x, weight, grad_out, eps)
-    rstd = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
-    return grad_out * weight * rstd, grad_w, grad_b  # treats mean and std as constants
+def _dropout_cov_unscaled(W, x, p):
+    return p * (1 - p) * W @ torch.diag(x ** 2) @ W.T
 
 
-def test_check_layer_norm_backward(capsys):
-    assert checks.check_layer_norm_backward(_ln_backward) is True
+def test_check_dropout_covariance(capsys):
+    assert checks.check_dropout_covariance(_dropout_cov) is True
     assert "passed" in capsys.readouterr().out
-    with pytest.raises(CheckFailed, match="sum to 0"):
-        checks.check_layer_norm_backward(_ln_backward_no_mean_term)
-    with pytest.raises(CheckFailed, match="grad_x"):
-        checks.check_layer_norm_backward(_ln_backward_as_constant_stats)
+    for wrong in (_dropout_cov_diagonal_only, _dropout_cov_unscaled):
+        with pytest.raises(CheckFailed, match="measured covariance"):
+            checks.check_dropout_covariance(wrong)
     with pytest.raises(CheckFailed, match="NotImplementedError"):
-        checks.check_layer_norm_backward(lambda *a, **k: (_ for _ in ()).throw(NotImplementedError))
+        checks.check_dropout_covariance(lambda *a, **k: (_ for _ in ()).throw(NotImplementedError))

@@ -201,32 +201,29 @@ def check_residual_gradient_norms(residual_gradient_norms: Callable) -> str:
     return f"{len(cases)} stacks with and without residuals and norms"
 
 
-@exercise_check
-def check_layer_norm_backward(layer_norm_backward: Callable) -> str:
-    """``layer_norm_backward(x, weight, grad_out, eps=1e-5)`` -> ``(grad_x, grad_weight,
-    grad_bias)`` of LayerNorm over the last dimension of ``x`` ``(N, C)``, without autograd;
-    compared with autograd through ``F.layer_norm``."""
-    import torch.nn.functional as F
 
-    cases = [(4, 8, 0, 1.0), (1, 3, 1, 10.0), (6, 16, 2, 0.01), (3, 5, 3, 1.0)]  # (N, C, seed, scale)
-    for N, C, seed, scale in cases:
-        g = torch.Generator().manual_seed(550 + seed)
-        x = (torch.randn(N, C, generator=g, dtype=torch.float64) * scale + 1.0).requires_grad_()
-        weight = (1 + 0.5 * torch.randn(C, generator=g, dtype=torch.float64)).requires_grad_()
-        bias = torch.randn(C, generator=g, dtype=torch.float64).requires_grad_()
-        grad_out = torch.randn(N, C, generator=g, dtype=torch.float64)
-        F.layer_norm(x, (C,), weight, bias, 1e-5).backward(grad_out)
-        got = layer_norm_backward(x.detach().clone(), weight.detach().clone(), grad_out.clone(),
-                                  eps=1e-5)
-        if not isinstance(got, (tuple, list)) or len(got) != 3:
-            raise CheckFailed("return a tuple (grad_x, grad_weight, grad_bias)")
-        what = f"for x of shape ({N}, {C}), scale {scale}"
-        grad_x = _as_tensor(got[0]).double()
-        check_shape(grad_x, (N, C), what="grad_x " + what)
-        assert_same(_as_tensor(got[2]).double(), bias.grad, what="grad_bias " + what)
-        assert_same(_as_tensor(got[1]).double(), weight.grad, what="grad_weight " + what)
-        if C > 1 and grad_x.sum(-1).abs().max() > 1e-8 * max(1.0, grad_x.abs().max().item()):
-            raise CheckFailed(f"grad_x {what}: each row should sum to 0 (shifting x by a constant "
-                              "changes nothing); the -mean term is missing")
-        assert_same(grad_x, x.grad, what="grad_x " + what + " (vs autograd)", rtol=1e-6, atol=1e-9)
-    return f"matches autograd on {len(cases)} inputs"
+@exercise_check
+def check_dropout_covariance(dropout_covariance: Callable) -> str:
+    """``dropout_covariance(W, x, p)`` -> the ``(m, m)`` covariance of ``y = W (z * x) / (1 - p)``
+    over the dropout mask ``z`` (independent Bernoulli(1 - p) entries); compared with the formula
+    ``p / (1 - p) W diag(x^2) W^T`` and with a Monte-Carlo estimate."""
+    cases = [(3, 5, 0.5, 0), (4, 2, 0.1, 1), (2, 6, 0.9, 2), (3, 3, 0.0, 3)]  # (m, n, p, seed)
+    for m, n, p, seed in cases:
+        g = torch.Generator().manual_seed(560 + seed)
+        W = torch.randn(m, n, generator=g, dtype=torch.float64)
+        x = torch.randn(n, generator=g, dtype=torch.float64)
+        got = _as_tensor(dropout_covariance(W.clone(), x.clone(), p)).double()
+        what = f"the covariance for W ({m}, {n}), p={p}"
+        check_shape(got, (m, m), what=what)
+        expected = p / (1 - p) * W @ torch.diag(x ** 2) @ W.T
+        if p > 0:
+            z = (torch.rand(200_000, n, generator=g, dtype=torch.float64) >= p).double()
+            ys = (z * x / (1 - p)) @ W.T  # (samples, m)
+            measured = torch.cov(ys.T)
+            scale = measured.diagonal().max()
+            if (got - measured).abs().max() > 0.05 * scale:
+                raise CheckFailed(f"{what}: differs from the measured covariance of 200,000 masks by "
+                                  f"{(got - measured).abs().max():.3g} -- is your formula missing "
+                                  "the off-diagonal terms, or the 1/(1-p)?")
+        assert_same(got, expected, what=what, rtol=1e-6, atol=1e-12)
+    return f"matches the formula and the measurement on {len(cases)} layers"
