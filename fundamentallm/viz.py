@@ -22,15 +22,22 @@ def _np(x) -> np.ndarray:
 
 
 def plot_attention(weights, tokens: Optional[Sequence[str]] = None, ax=None, title: Optional[str] = None,
-                   annotate: bool = False, cmap: str = "viridis"):
-    """Heatmap of one ``(T_q, T_k)`` attention matrix: rows are queries, columns keys."""
+                   annotate: bool = False, cmap: str = "viridis", vmax: Optional[float] = 1.0):
+    """Heatmap of one ``(T_q, T_k)`` attention matrix: rows are queries, columns keys.
+
+    The colour scale runs from 0 to ``vmax`` (default 1, the largest possible weight), so that
+    several heatmaps are comparable: a diffuse row looks dim and a one-hot row bright. With
+    ``vmax=None`` the scale ends at the largest weight of this matrix instead. The colour bar is
+    drawn only when the function makes its own figure; on a given ``ax``, add one shared bar with
+    ``fig.colorbar(ax.images[0], ax=axes)``."""
     w = _np(weights)
     if w.ndim != 2:
         raise ValueError(f"weights must be (T_q, T_k), got shape {w.shape}")
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(0.45 * w.shape[1] + 2, 0.45 * w.shape[0] + 1.5))
-    im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=max(1e-9, float(w.max())))
+    top = max(1e-9, float(w.max())) if vmax is None else float(vmax)
+    im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=top)
     if tokens is not None:
         ax.set_xticks(range(len(tokens)), labels=list(tokens), rotation=90)
         ax.set_yticks(range(len(tokens)), labels=list(tokens))
@@ -40,7 +47,7 @@ def plot_attention(weights, tokens: Optional[Sequence[str]] = None, ax=None, tit
         for i in range(w.shape[0]):
             for j in range(w.shape[1]):
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                        color="white" if w[i, j] < 0.6 * w.max() else "black")
+                        color="white" if w[i, j] < 0.6 * top else "black")
     if title:
         ax.set_title(title)
     if fig is not None:
@@ -51,22 +58,24 @@ def plot_attention(weights, tokens: Optional[Sequence[str]] = None, ax=None, tit
 
 def plot_attention_heads(weights, tokens: Optional[Sequence[str]] = None, title: Optional[str] = None,
                          max_cols: int = 4):
-    """Grid of heatmaps, one per head, for ``(H, T_q, T_k)`` weights."""
+    """Grid of heatmaps, one per head (``head 0`` .. ``head H-1``, as indexed in code), for
+    ``(H, T_q, T_k)`` weights, all on one 0-1 colour scale with one shared colour bar."""
     w = _np(weights)
     if w.ndim != 3:
         raise ValueError(f"weights must be (H, T_q, T_k), got shape {w.shape}")
     H = w.shape[0]
     cols = min(H, max_cols)
     rows = (H + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 3.0 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols + 0.8, 3.0 * rows), squeeze=False,
+                             layout="constrained")
     for h, ax in enumerate(axes.flat):
         if h < H:
             plot_attention(w[h], tokens=tokens, ax=ax, title=f"head {h}")
         else:
             ax.axis("off")
+    fig.colorbar(axes.flat[0].images[0], ax=axes, fraction=0.046 / cols, label="attention weight")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 

@@ -97,3 +97,33 @@ def test_bptt_jacobian_agrees_with_autograd_for_a_solution():
     hs = torch.stack(run(h0)).detach()
     expected = torch.autograd.functional.jacobian(lambda h: run(h)[-1], h0)
     torch.testing.assert_close(bptt_jacobian(hs, W_h), expected)
+
+
+# --- the singular-value bound (eq. ch01-bound) ----------------------------------------------------
+
+def _bound_right(hs, W_h):
+    sigma = torch.linalg.matrix_norm(W_h, ord=2)
+    return ((1 - hs[1:] ** 2).max(dim=-1).values * sigma).prod()
+
+
+def _bound_with_rho(hs, W_h):
+    rho = torch.linalg.eigvals(W_h).abs().max()
+    return ((1 - hs[1:] ** 2).max(dim=-1).values * rho).prod()
+
+
+def _bound_without_slopes(hs, W_h):
+    return torch.linalg.matrix_norm(W_h, ord=2) ** (hs.shape[0] - 1)
+
+
+def test_check_bptt_norm_bound_passes_a_correct_answer(capsys):
+    assert checks.check_bptt_norm_bound(_bound_right) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("fn", "message"), [
+    (_bound_with_rho, "spectral radius"),
+    (_bound_without_slopes, "differ"),
+])
+def test_check_bptt_norm_bound_fails_wrong_answers(fn, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_bptt_norm_bound(fn)

@@ -105,3 +105,15 @@ def test_causal_mask_dtype_message():
 def test_attention_nan_message_explains():
     with pytest.raises(CheckFailed, match="all-zero weights"):
         checks.check_attention(attention_nan_rows)
+
+
+# --- the scale of the scores ----------------------------------------------------------------------
+
+def test_check_score_scale():
+    assert checks.check_score_scale(lambda d_k, sq, sk: 1 / (sq * sk * d_k ** 0.5)) is True
+    with pytest.raises(CheckFailed, match="unit-variance"):
+        checks.check_score_scale(lambda d_k, sq, sk: 1 / d_k ** 0.5)
+    with pytest.raises(CheckFailed, match="variance"):
+        checks.check_score_scale(lambda d_k, sq, sk: 1 / (sq * sk * d_k))
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_score_scale(stub)

@@ -130,3 +130,34 @@ def test_messages_say_what_is_wrong():
 def test_checks_are_registered():
     for name, *_ in CASES:
         assert name in checks.CHECKS
+
+
+# --- grouped-query attention ----------------------------------------------------------------------
+
+def _gqa(q, k, v, causal=False):
+    import torch.nn.functional as F
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _gqa_cycled(q, k, v, causal=False):
+    import torch.nn.functional as F
+    groups = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q, k.repeat(1, groups, 1, 1), v.repeat(1, groups, 1, 1),
+                                          is_causal=causal)
+
+
+def _gqa_ignores_causal(q, k, v, causal=False):
+    return _gqa(q, k, v, causal=False)
+
+
+def test_check_grouped_query_attention(capsys):
+    assert checks.check_grouped_query_attention(_gqa) is True
+    assert "passed" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="h // \\(H // G\\)"):
+        checks.check_grouped_query_attention(_gqa_cycled)
+    with pytest.raises(CheckFailed, match="causal=True"):
+        checks.check_grouped_query_attention(_gqa_ignores_causal)
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_grouped_query_attention(stub)

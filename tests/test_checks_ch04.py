@@ -150,3 +150,30 @@ def test_references_agree_with_the_package():
 def test_checks_are_registered():
     for name, *_ in CASES:
         assert name in checks.CHECKS
+
+
+# --- ALiBi biases ---------------------------------------------------------------------------------
+
+def _alibi(num_heads, T):
+    slopes = 2.0 ** (-8.0 * torch.arange(1, num_heads + 1) / num_heads)
+    offset = torch.arange(T)[:, None] - torch.arange(T)[None, :]  # i - j
+    bias = -slopes[:, None, None] * offset
+    return bias.masked_fill(offset < 0, float("-inf"))
+
+
+def _alibi_not_causal(num_heads, T):
+    return _alibi(num_heads, T).nan_to_num(neginf=0.0)
+
+
+def _alibi_one_slope(num_heads, T):
+    return _alibi(1, T).expand(num_heads, T, T)
+
+
+def test_check_alibi_bias():
+    assert checks.check_alibi_bias(_alibi) is True
+    with pytest.raises(CheckFailed, match="-inf"):
+        checks.check_alibi_bias(_alibi_not_causal)
+    with pytest.raises(CheckFailed, match="same slope"):
+        checks.check_alibi_bias(_alibi_one_slope)
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_alibi_bias(stub)

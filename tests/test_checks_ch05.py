@@ -179,3 +179,28 @@ def test_checks_are_registered():
     for name in ("check_layer_norm", "check_rms_norm", "check_inverted_dropout",
                  "check_residual_gradient_norms"):
         assert name in checks.CHECKS
+
+
+
+# --- the covariance of dropout's outputs ----------------------------------------------------------
+
+def _dropout_cov(W, x, p):
+    return p / (1 - p) * W @ torch.diag(x ** 2) @ W.T
+
+
+def _dropout_cov_diagonal_only(W, x, p):
+    return torch.diag(torch.diagonal(_dropout_cov(W, x, p)))
+
+
+def _dropout_cov_unscaled(W, x, p):
+    return p * (1 - p) * W @ torch.diag(x ** 2) @ W.T
+
+
+def test_check_dropout_covariance(capsys):
+    assert checks.check_dropout_covariance(_dropout_cov) is True
+    assert "passed" in capsys.readouterr().out
+    for wrong in (_dropout_cov_diagonal_only, _dropout_cov_unscaled):
+        with pytest.raises(CheckFailed, match="measured covariance"):
+            checks.check_dropout_covariance(wrong)
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_dropout_covariance(lambda *a, **k: (_ for _ in ()).throw(NotImplementedError))

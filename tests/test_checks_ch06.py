@@ -117,3 +117,41 @@ def test_check_fails_on_a_stub(check):
 def test_check_fails_on_a_wrong_answer(check, fn, message):
     with pytest.raises(CheckFailed, match=message):
         check(fn)
+
+
+# --- the LayerNorm Jacobian (eq. ch06-ln-jacobian) ------------------------------------------------
+
+def _ln_jacobian(z, weight, eps=1e-5):
+    C = z.shape[-1]
+    sigma = torch.sqrt(z.var(unbiased=False) + eps)
+    z_hat = (z - z.mean()) / sigma
+    inner = torch.eye(C, dtype=z.dtype) - 1 / C - torch.outer(z_hat, z_hat) / C
+    return torch.diag(weight) @ inner / sigma
+
+
+def _ln_jacobian_no_mean_term(z, weight, eps=1e-5):
+    C = z.shape[-1]
+    sigma = torch.sqrt(z.var(unbiased=False) + eps)
+    z_hat = (z - z.mean()) / sigma
+    return torch.diag(weight) @ (torch.eye(C, dtype=z.dtype) - torch.outer(z_hat, z_hat) / C) / sigma
+
+
+def _ln_jacobian_no_projection(z, weight, eps=1e-5):
+    C = z.shape[-1]
+    sigma = torch.sqrt(z.var(unbiased=False) + eps)
+    return torch.diag(weight) @ (torch.eye(C, dtype=z.dtype) - 1 / C) / sigma
+
+
+def test_check_layer_norm_jacobian_passes_a_correct_answer(capsys):
+    assert checks.check_layer_norm_jacobian(_ln_jacobian) is True
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("fn", "message"), [
+    (_ln_jacobian_no_mean_term, "J @ 1 should be 0"),
+    (_ln_jacobian_no_projection, "differ"),
+    (stub, "NotImplementedError"),
+])
+def test_check_layer_norm_jacobian_fails_wrong_answers(fn, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_layer_norm_jacobian(fn)

@@ -139,3 +139,24 @@ def test_gpt2_known_answer_matches_the_model():
     with torch.device("meta"):
         model = Transformer(TransformerConfig.preset("gpt2"))
     assert model.num_parameters() == _GPT2_SMALL_PARAMETERS
+
+
+# --- SwiGLU width at matched parameters -----------------------------------------------------------
+
+def _matched_width(d_model, d_ff):
+    return max(1, round((2 * d_model * d_ff + d_ff) / (3 * d_model + 2)))
+
+
+def _matched_width_no_biases(d_model, d_ff):
+    return max(1, round(2 * d_ff / 3))
+
+
+def test_check_swiglu_matched_width(capsys):
+    assert checks.check_swiglu_matched_width(_matched_width) is True
+    assert "passed" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="count the biases"):
+        checks.check_swiglu_matched_width(_matched_width_no_biases)
+    with pytest.raises(CheckFailed, match="positive int"):
+        checks.check_swiglu_matched_width(lambda d_model, d_ff: 2 * d_ff / 3)
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_swiglu_matched_width(stub)

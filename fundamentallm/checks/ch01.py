@@ -127,3 +127,50 @@ def check_bptt_jacobian(bptt_jacobian: Callable) -> str:
         check_shape(got, (d_h, d_h), what=what)
         assert_same(torch.as_tensor(got).double(), expected, what=what + " (vs autograd)")
     return f"matches autograd on {len(cases)} sequences"
+
+
+def _bound_reference(hs: torch.Tensor, W_h: torch.Tensor) -> torch.Tensor:
+    """prod_k max_i (1 - h_k,i^2) * sigma_max(W_h) over k = 1..T, from the states h_0..h_T."""
+    sigma = torch.linalg.matrix_norm(W_h, ord=2)
+    slopes = (1 - hs[1:] ** 2).max(dim=-1).values  # (T,): ||diag(1 - h_k^2)||_2
+    return (slopes * sigma).prod()
+
+
+@exercise_check
+def check_bptt_norm_bound(bptt_norm_bound: Callable) -> str:
+    """``bptt_norm_bound(hs, W_h)`` -> the bound ``prod_k ||diag(1 - h_k^2)||_2 * ||W_h||_2`` on
+    ``||dh_T/dh_0||_2`` (eq. ch01-bound, factor by factor); compared with a reference, and the
+    bound must not fall below the true norm from autograd."""
+    cases = [(4, 3, 5, 0, 1.5), (3, 2, 1, 1, 1.0), (5, 4, 9, 2, 2.5), (2, 2, 6, 3, 0.5)]
+    for d_h, d_in, T, seed, gain in cases:  # (d_h, d_in, T, seed, gain of W_h)
+        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
+        W_h = W_h * gain
+        g = torch.Generator().manual_seed(470 + seed)
+        xs = torch.randn(T, d_in, generator=g, dtype=torch.float64)  # (T, d_in)
+        h0 = torch.randn(d_h, generator=g, dtype=torch.float64) * 0.5  # (d_h,)
+
+        def run(h, xs=xs, W_x=W_x, W_h=W_h, b=b):  # h_0 -> [h_0, ..., h_T]
+            states = [h]
+            for x_t in xs:
+                states.append(torch.tanh(W_h @ states[-1] + W_x @ x_t + b))
+            return states
+
+        with torch.no_grad():
+            hs = torch.stack(run(h0))  # (T + 1, d_h)
+        true_norm = torch.linalg.matrix_norm(
+            torch.autograd.functional.jacobian(lambda h, run=run: run(h)[-1], h0), ord=2)
+        expected = _bound_reference(hs, W_h)
+        got = torch.as_tensor(bptt_norm_bound(hs.clone(), W_h.clone())).double()
+        what = f"the bound for d_h={d_h}, T={T}"
+        check_shape(got, (), what=what + " (return one number)")
+        rho = float(np.abs(np.linalg.eigvals(W_h.numpy())).max())
+        with_rho = (1 - hs[1:] ** 2).max(dim=-1).values.prod() * rho ** T
+        if abs(float(got) - float(with_rho)) < 1e-9 * float(with_rho) and \
+                abs(float(with_rho) - float(expected)) > 1e-6 * float(expected):
+            raise CheckFailed(f"{what}: you used the spectral radius rho(W_h); the bound needs the "
+                              "largest singular value ||W_h||_2, since rho is not submultiplicative")
+        if float(got) < float(true_norm) * (1 - 1e-9):
+            raise CheckFailed(f"{what}: {float(got):.6g} is below the true norm "
+                              f"{float(true_norm):.6g} -- not an upper bound")
+        assert_same(got, expected, what=what, rtol=1e-6, atol=1e-12)
+    return f"matches the reference on {len(cases)} sequences and bounds the autograd norm"

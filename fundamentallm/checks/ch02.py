@@ -122,3 +122,28 @@ def check_attention(attention: Callable) -> str:
             sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             assert_same(out, sdpa, what=f"output for {name} (vs F.scaled_dot_product_attention)")
     return f"correct on {len(cases)} cases (boolean, float and fully masked rows)"
+
+
+@exercise_check
+def check_score_scale(score_scale: Callable) -> str:
+    """``score_scale(d_k, sigma_q, sigma_k)`` -> the factor that gives ``q·k`` unit variance when
+    ``q`` and ``k`` have independent zero-mean entries of standard deviations ``sigma_q`` and
+    ``sigma_k``; checked against the formula and against a measurement on 20,000 samples."""
+    cases = [(64, 1.0, 1.0), (16, 2.0, 1.5), (1, 3.0, 1.0), (256, 0.1, 0.2), (8, 1.0, 4.0)]
+    for seed, (d_k, sigma_q, sigma_k) in enumerate(cases):
+        got = score_scale(d_k, sigma_q, sigma_k)
+        got = float(got.item() if isinstance(got, torch.Tensor) else got)
+        expected = 1.0 / (sigma_q * sigma_k * d_k ** 0.5)
+        what = f"score_scale(d_k={d_k}, sigma_q={sigma_q}, sigma_k={sigma_k})"
+        if abs(got - 1.0 / d_k ** 0.5) < 1e-9 * expected and abs(sigma_q * sigma_k - 1) > 1e-9:
+            raise CheckFailed(f"{what}: 1/sqrt(d_k) assumes unit-variance entries; "
+                              "Var(q·k) = d_k·sigma_q²·sigma_k² here")
+        g = torch.Generator().manual_seed(220 + seed)
+        q = torch.randn(20000, d_k, generator=g, dtype=torch.float64) * sigma_q
+        k = torch.randn(20000, d_k, generator=g, dtype=torch.float64) * sigma_k
+        measured = ((q * k).sum(-1) * got).var().item()
+        if not 0.9 < measured < 1.1:
+            raise CheckFailed(f"{what} = {got:.6g}: the scaled scores have variance {measured:.3f} "
+                              "on 20,000 samples, not 1")
+        assert_same(torch.tensor(got), torch.tensor(expected), what=what, rtol=1e-6, atol=0.0)
+    return f"unit-variance scores on {len(cases)} settings"

@@ -118,3 +118,31 @@ def check_multi_head_attention(multi_head_attention: Callable) -> str:
         check_shape(out, (B, T, C), what=what)
         assert_same(out, _ref_mha(x, w_q, w_k, w_v, w_o, H, causal), what=what, atol=1e-5, rtol=1e-4)
     return f"{len(cases)} cases equal to nn.MultiheadAttention"
+
+
+@exercise_check
+def check_grouped_query_attention(grouped_query_attention: Callable) -> str:
+    """``grouped_query_attention(q, k, v, causal=False)``: ``q`` ``(B, H, T, D)``, ``k`` and ``v``
+    ``(B, G, T, D)`` with ``G`` dividing ``H``; query head ``h`` reads key/value head
+    ``h // (H // G)``. Compared with ``F.scaled_dot_product_attention(..., enable_gqa=True)``."""
+    import torch.nn.functional as F
+
+    cases = [(2, 4, 2, 5, 3, False, 0), (1, 6, 3, 7, 4, True, 1), (2, 4, 1, 4, 8, True, 2),
+             (1, 3, 3, 6, 2, False, 3)]  # (B, H, G, T, D, causal, seed)
+    for B, H, G, T, D, causal, seed in cases:
+        g = torch.Generator().manual_seed(330 + seed)
+        q = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
+        k = torch.randn(B, G, T, D, generator=g, dtype=torch.float64)
+        v = torch.randn(B, G, T, D, generator=g, dtype=torch.float64)
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        got = grouped_query_attention(q.clone(), k.clone(), v.clone(), causal=causal)
+        what = f"output for H={H} query heads, G={G} key/value heads, causal={causal}"
+        check_shape(got, (B, H, T, D), what=what)
+        if 1 < G < H:  # the classic slip: head h reading group h % G instead of h // (H // G)
+            cycled = F.scaled_dot_product_attention(q, k.repeat(1, H // G, 1, 1),
+                                                    v.repeat(1, H // G, 1, 1), is_causal=causal)
+            if torch.allclose(_as_tensor(got).double(), cycled):
+                raise CheckFailed(f"{what}: query head h read key/value head h % G; consecutive "
+                                  "query heads share a group: h // (H // G) (repeat_interleave)")
+        assert_same(_as_tensor(got).double(), expected, what=what + " (vs F.scaled_dot_product_attention)")
+    return f"matches F.scaled_dot_product_attention(enable_gqa=True) on {len(cases)} cases"

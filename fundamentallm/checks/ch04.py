@@ -123,3 +123,28 @@ def check_apply_rope(apply_rope: Callable) -> str:
                     what=f"{what} (pair channel i with i + D/2, angle = position · base^(-2i/D), "
                          f"x·cos + rotate_half(x)·sin)")
     return f"{len(cases)} cases equal to a complex-number reference"
+
+
+@exercise_check
+def check_alibi_bias(alibi_bias: Callable) -> str:
+    """``alibi_bias(num_heads, T)`` -> ``(H, T, T)`` ALiBi biases: ``-m_h·(i - j)`` for keys
+    ``j <= i`` and ``-inf`` above the diagonal, with slopes ``m_h = 2^(-8(h+1)/H)``."""
+    cases = [(8, 5), (4, 3), (1, 4), (16, 2)]
+    for H, T in cases:
+        slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1, dtype=torch.float64) / H)  # (H,)
+        i = torch.arange(T)[:, None]
+        j = torch.arange(T)[None, :]
+        expected = -slopes[:, None, None] * (i - j).to(torch.float64)  # (H, T, T)
+        expected = expected.masked_fill(j > i, float("-inf"))
+        got = alibi_bias(H, T)
+        what = f"biases for num_heads={H}, T={T}"
+        check_shape(got, (H, T, T), what=what)
+        got = torch.as_tensor(got).double()
+        future = (j > i).expand(H, T, T)
+        if T > 1 and not (torch.isinf(got[future]) & (got[future] < 0)).all():
+            raise CheckFailed(f"{what}: keys after the query (j > i) must get -inf (causal)")
+        past = ~future
+        if H > 1 and torch.allclose(got[0][past[0]], got[-1][past[0]]):
+            raise CheckFailed(f"{what}: every head has the same slope; head h uses 2^(-8(h+1)/H)")
+        assert_same(got[past], expected[past], what=what + " on and below the diagonal")
+    return f"matches the ALiBi formula on {len(cases)} shapes"

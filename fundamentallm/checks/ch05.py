@@ -199,3 +199,31 @@ def check_residual_gradient_norms(residual_gradient_norms: Callable) -> str:
                     f"same blocks (gradients must not accumulate: zero them, or use "
                     f"torch.autograd.grad)", rtol=1e-4, atol=1e-7)
     return f"{len(cases)} stacks with and without residuals and norms"
+
+
+
+@exercise_check
+def check_dropout_covariance(dropout_covariance: Callable) -> str:
+    """``dropout_covariance(W, x, p)`` -> the ``(m, m)`` covariance of ``y = W (z * x) / (1 - p)``
+    over the dropout mask ``z`` (independent Bernoulli(1 - p) entries); compared with the formula
+    ``p / (1 - p) W diag(x^2) W^T`` and with a Monte-Carlo estimate."""
+    cases = [(3, 5, 0.5, 0), (4, 2, 0.1, 1), (2, 6, 0.9, 2), (3, 3, 0.0, 3)]  # (m, n, p, seed)
+    for m, n, p, seed in cases:
+        g = torch.Generator().manual_seed(560 + seed)
+        W = torch.randn(m, n, generator=g, dtype=torch.float64)
+        x = torch.randn(n, generator=g, dtype=torch.float64)
+        got = _as_tensor(dropout_covariance(W.clone(), x.clone(), p)).double()
+        what = f"the covariance for W ({m}, {n}), p={p}"
+        check_shape(got, (m, m), what=what)
+        expected = p / (1 - p) * W @ torch.diag(x ** 2) @ W.T
+        if p > 0:
+            z = (torch.rand(200_000, n, generator=g, dtype=torch.float64) >= p).double()
+            ys = (z * x / (1 - p)) @ W.T  # (samples, m)
+            measured = torch.cov(ys.T)
+            scale = measured.diagonal().max()
+            if (got - measured).abs().max() > 0.05 * scale:
+                raise CheckFailed(f"{what}: differs from the measured covariance of 200,000 masks by "
+                                  f"{(got - measured).abs().max():.3g} -- is your formula missing "
+                                  "the off-diagonal terms, or the 1/(1-p)?")
+        assert_same(got, expected, what=what, rtol=1e-6, atol=1e-12)
+    return f"matches the formula and the measurement on {len(cases)} layers"

@@ -121,3 +121,28 @@ def check_warmup_lr(warmup_lr: Callable) -> str:
     _expect_value_error(lambda: warmup_lr(-1, 1e-3, 10), "warmup_lr(step=-1, ...)", "step")
     _expect_value_error(lambda: warmup_lr(0, 1e-3, -5), "warmup_lr(0, 1e-3, warmup_steps=-5)", "warmup_steps")
     return f"correct at {n} steps of 4 schedules, and bad arguments rejected"
+
+
+@exercise_check
+def check_layer_norm_jacobian(layer_norm_jacobian: Callable) -> str:
+    """``layer_norm_jacobian(z, weight, eps=1e-5)`` -> the ``(C, C)`` Jacobian of LayerNorm at
+    ``z`` (``(C,)``), eq. ch06-ln-jacobian; compared with autograd through ``F.layer_norm``."""
+    import torch.nn.functional as F
+
+    cases = [(8, 0, 1.0), (5, 1, 10.0), (16, 2, 0.1), (3, 3, 1.0)]  # (C, seed, scale of z)
+    for C, seed, scale in cases:
+        g = torch.Generator().manual_seed(660 + seed)
+        z = torch.randn(C, generator=g, dtype=torch.float64) * scale + 2.0  # (C,), non-zero mean
+        weight = 1 + 0.5 * torch.randn(C, generator=g, dtype=torch.float64)  # (C,)
+        bias = torch.randn(C, generator=g, dtype=torch.float64)
+        expected = torch.autograd.functional.jacobian(
+            lambda v, weight=weight, bias=bias: F.layer_norm(v, (v.shape[-1],), weight, bias, 1e-5), z)
+        got = _as_tensor(layer_norm_jacobian(z.clone(), weight.clone(), eps=1e-5)).double()
+        what = f"the LayerNorm Jacobian for C={C}, std(z)~{scale}"
+        check_shape(got, (C, C), what=what)
+        ones = torch.ones(C, dtype=torch.float64)
+        if (got @ ones).abs().max() > 1e-6 * got.abs().max():
+            raise CheckFailed(f"{what}: J @ 1 should be 0 (adding a constant to z changes nothing); "
+                              "did you drop the -11ᵀ/C term?")
+        assert_same(got, expected, what=what + " (vs autograd)", rtol=1e-6, atol=1e-9)
+    return f"matches autograd on {len(cases)} vectors"

@@ -148,3 +148,38 @@ def check_causal_leak_test(causal_leak_test: Callable) -> str:
                                   f"change the logits at position {s}?) should be "
                                   f"{bool(expected[t, s])}, got {bool(got[t, s])}")
     return "causal, bidirectional and single-leak models classified correctly"
+
+
+def _ffn_count(d_model: int, d_ff: int, activation: str) -> int:
+    """Parameters of a FeedForward with biases: GELU 2·d·f + f + d, SwiGLU 3·d·f + 2·f + d."""
+    if activation == "swiglu":
+        return 3 * d_model * d_ff + 2 * d_ff + d_model
+    return 2 * d_model * d_ff + d_ff + d_model
+
+
+@exercise_check
+def check_swiglu_matched_width(swiglu_matched_width: Callable) -> str:
+    """``swiglu_matched_width(d_model, d_ff)`` -> the integer hidden width of a SwiGLU FFN (with
+    biases) whose parameter count is closest to that of a GELU FFN of width ``d_ff`` (with
+    biases); the counts are taken from ``fundamentallm.FeedForward`` itself."""
+    from ..feedforward import FeedForward
+
+    cases = [(4, 16), (8, 32), (64, 256), (768, 3072), (5, 7), (3, 1)]  # (d_model, d_ff)
+    for d_model, d_ff in cases:
+        with torch.device("meta"):
+            target = sum(p.numel() for p in FeedForward(d_model, d_ff, activation="gelu").parameters())
+        assert target == _ffn_count(d_model, d_ff, "gelu")
+        got = swiglu_matched_width(d_model, d_ff)
+        if isinstance(got, torch.Tensor):
+            got = got.item()
+        if not isinstance(got, (int, np.integer)) or isinstance(got, bool) or got < 1:
+            raise CheckFailed(f"for d_model={d_model}, d_ff={d_ff}: return a positive int, got {got!r}")
+        with torch.device("meta"):
+            count = sum(p.numel() for p in FeedForward(d_model, int(got), activation="swiglu").parameters())
+        best = min(abs(_ffn_count(d_model, w, "swiglu") - target) for w in range(1, 3 * d_ff + 2))
+        if abs(count - target) != best:
+            raise CheckFailed(
+                f"for d_model={d_model}, d_ff={d_ff}: width {got} gives {count:,} parameters, but the "
+                f"GELU FFN has {target:,} and another width comes within {best:,} of it -- count the "
+                "biases too (up and gate have one each)")
+    return f"the closest parameter match on {len(cases)} shapes"
