@@ -55,24 +55,29 @@ def check_repeat_kv(repeat_kv: Callable) -> str:
 
 
 @exercise_check
-def check_sliding_window_mask(sliding_window_mask: Callable) -> str:
-    """``sliding_window_mask(T, W)``: boolean ``(T, T)``, True where ``0 <= i - j < W``;
-    compared with a double loop."""
-    cases = [(6, 3), (5, 1), (4, 4), (3, 10), (1, 2), (9, 5)]
-    for T, W in cases:
-        got = sliding_window_mask(T, W)
+def check_window_mask_at(window_mask_at: Callable) -> str:
+    """``window_mask_at(num_queries, num_keys, start, W)``: boolean ``(num_queries, num_keys)``,
+    True where query i (at absolute position ``start + i``) may read cached key j, i.e.
+    ``0 <= start + i - j < W``; compared with a double loop."""
+    cases = [(6, 6, 0, 3, "a whole sequence (start 0)"), (1, 9, 8, 3, "one decoding step at position 8"),
+             (3, 10, 7, 4, "a 3-token chunk after 7 cached tokens"), (1, 5, 4, 1, "window 1"),
+             (2, 6, 4, 10, "W larger than the cache (plain causal)"), (4, 4, 0, 4, "W = T"),
+             (2, 8, 3, 3, "a preallocated cache: keys after the queries")]
+    for nq, nk, start, W, what in cases:
+        label = f"num_queries={nq}, num_keys={nk}, start={start}, W={W} ({what})"
+        got = window_mask_at(nq, nk, start, W)
         if not isinstance(got, torch.Tensor):
-            raise CheckFailed(f"T={T}, W={W}: expected a torch.Tensor, got {type(got).__name__}")
+            raise CheckFailed(f"{label}: expected a torch.Tensor, got {type(got).__name__}")
         if got.dtype != torch.bool:
-            raise CheckFailed(f"T={T}, W={W}: expected a boolean mask (True = may attend), got {got.dtype}")
-        check_shape(got, (T, T), what=f"mask for T={T}, W={W}")
-        expected = torch.tensor([[0 <= i - j < W for j in range(T)] for i in range(T)])
+            raise CheckFailed(f"{label}: expected a boolean mask (True = may attend), got {got.dtype}")
+        check_shape(got, (nq, nk), what=f"mask for {label}")
+        expected = torch.tensor([[0 <= start + i - j < W for j in range(nk)] for i in range(nq)])
         if not torch.equal(got, expected):
             i, j = (int(v) for v in (got != expected).nonzero()[0])
-            raise CheckFailed(f"T={T}, W={W}: query {i} and key {j} should be "
-                              f"{'allowed' if bool(expected[i, j]) else 'masked'} (i - j = {i - j}); "
-                              f"a query sees itself and the W - 1 tokens before it")
-    return f"{len(cases)} (T, W) pairs, W = 1 and W >= T included"
+            raise CheckFailed(f"{label}: query {i} (position {start + i}) and key {j} should be "
+                              f"{'allowed' if bool(expected[i, j]) else 'masked'}; a query at "
+                              f"position p sees keys p - W + 1 .. p")
+    return f"{len(cases)} cases: whole sequences, single decoding steps, chunks after a cache, a preallocated cache"
 
 
 @exercise_check
@@ -104,3 +109,56 @@ def check_load_balancing_loss(load_balancing_loss: Callable) -> str:
         assert_same(grad, (E * f / probs.shape[0]).expand_as(probs),
                     what=f"d loss / d router_probs for {what} (f_e is a count: no gradient through it)")
     return f"{len(cases)} routings, balanced and collapsed included, gradients too"
+
+
+class _Residual(torch.nn.Module):
+    """``x + attention(x)``: one attention sublayer with its residual connection."""
+
+    def __init__(self, attention: torch.nn.Module) -> None:
+        super().__init__()
+        self.attention = attention
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.attention(x)
+
+
+@exercise_check
+def check_influence(influence: Callable) -> str:
+    """``influence(model, x, t)`` -> boolean ``(T,)``, True for the input positions j whose value
+    changes the output at position t, on stacks of sliding-window attention layers with
+    residual connections; compared with the span the windows allow: ``t - Σ(W_l - 1) .. t``."""
+    from ..attention import MultiHeadAttention
+
+    g = _ch14_rng(3)
+    cases = [("3 layers of window 4, t = 15", [4, 4, 4], 16, 15),
+             ("2 layers of windows 2 and 5, t = 10", [2, 5], 12, 10),
+             ("4 layers of window 2, t = 8 (not the last position)", [2, 2, 2, 2], 14, 8),
+             ("1 layer of window 3, t = 0 (the first token)", [3], 6, 0),
+             ("window 3, then a full causal layer, t = 7", [3, None], 12, 7)]
+    for what, windows, T, t in cases:
+        with torch.random.fork_rng():
+            torch.manual_seed(1403)
+            model = torch.nn.Sequential(*[
+                _Residual(MultiHeadAttention(16, 4, causal=True, num_kv_heads=2, sliding_window=w))
+                for w in windows]).double().eval()
+        x = torch.randn(2, T, 16, generator=g, dtype=torch.float64)
+        before = x.clone()
+        got = influence(model, x, t)
+        if not isinstance(got, torch.Tensor):
+            raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
+        if got.dtype != torch.bool:
+            raise CheckFailed(f"{what}: expected a boolean tensor (True = can change the output), got {got.dtype}")
+        check_shape(got, (T,), what=f"influence for {what}")
+        if not torch.equal(x.detach(), before):
+            raise CheckFailed(f"{what}: influence changed its input x; differentiate a copy")
+        first = 0 if None in windows else max(0, t - sum(w - 1 for w in windows))
+        positions = torch.arange(T)
+        expected = (positions >= first) & (positions <= t)
+        if not torch.equal(got, expected):
+            j = int((got != expected).nonzero()[0])
+            raise CheckFailed(f"{what}: input position {j} "
+                              f"{'can' if bool(expected[j]) else 'cannot'} change the output at "
+                              f"position {t}, but you returned {bool(got[j])}; measure it: the "
+                              f"gradient of the output at t with respect to each input position")
+    return (f"{len(cases)} stacks; e.g. 3 layers of window 4 let position 15 read positions "
+            f"{15 - 3 * 3}..15, 3·(4 - 1) = 9 tokens back")
