@@ -1,22 +1,21 @@
 """The built book in a real browser: every chapter page renders its title, figures and math, has
 a working Colab link and collapsed solutions that open on click, and logs no console error.
 
-Needs the built HTML (``jupyter-book build . --all``), Debian's Chromium (``/usr/bin/chromium``),
-Python ``playwright`` (driving that executable; no browser download) and a local MathJax 3
-(``npm install mathjax@3``; see ``mathjax_dir``). Without them the tests are skipped, unless
-``FUNDAMENTALLM_REQUIRE_BROWSER=1`` (as in ``.ci/run``), where anything missing is a failure.
+Needs the built HTML (``jupyter-book build . --all``), Debian's Chromium (``/usr/bin/chromium``)
+and Python ``playwright`` (driving that executable; no browser download). Without them the tests
+are skipped, unless ``FUNDAMENTALLM_REQUIRE_BROWSER=1`` (as in ``.ci/run``), where anything
+missing is a failure.
 
-The pages are served from ``_build/html`` on 127.0.0.1; every other request is aborted, except
-MathJax's CDN requests, which are answered from the local MathJax copy (the built book keeps
-loading MathJax from its CDN, as readers need). ``FUNDAMENTALLM_SCREENSHOTS=DIR`` saves a
-full-page PNG of each chapter (solutions closed, then one opened) for a person to look at.
+The pages are served from ``_build/html`` on 127.0.0.1 and every other request is aborted and
+reported: the book works offline (MathJax ships with it, from ``_vendor/mathjax``).
+``FUNDAMENTALLM_SCREENSHOTS=DIR`` saves a full-page PNG of each chapter (solutions closed, then
+one opened) for a person to look at.
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
-import mimetypes
 import os
 import re
 import threading
@@ -31,7 +30,6 @@ HTML = ROOT / "_build" / "html"
 CHROMIUM = Path(os.environ.get("FUNDAMENTALLM_CHROMIUM", "/usr/bin/chromium"))
 REQUIRED = os.environ.get("FUNDAMENTALLM_REQUIRE_BROWSER") == "1"
 SCREENSHOTS = os.environ.get("FUNDAMENTALLM_SCREENSHOTS")
-MATHJAX_CDN = re.compile(r"^https://cdn\.jsdelivr\.net/npm/mathjax@3[^/]*/(?P<path>[^?#]+)")
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
     "--disable-background-networking", "--disable-component-update", "--disable-default-apps",
@@ -51,18 +49,6 @@ def _toc_entries() -> list[str]:
 CHAPTERS = [e for e in _toc_entries() if (ROOT / f"{e}.ipynb").exists()]
 
 
-def mathjax_dir() -> Path | None:
-    """A local MathJax 3 package: $FUNDAMENTALLM_MATHJAX_DIR, or npm's install under
-    ~/.cache/fundamentallm (where .ci/run puts it), or a global npm install."""
-    candidates = [os.environ.get("FUNDAMENTALLM_MATHJAX_DIR", ""),
-                  Path.home() / ".cache/fundamentallm/node_modules/mathjax",
-                  "/usr/local/lib/node_modules/mathjax", "/usr/lib/node_modules/mathjax"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "es5" / "tex-mml-chtml.js").exists():
-            return Path(candidate)
-    return None
-
-
 def _missing() -> str | None:
     if not (HTML / "index.html").exists():
         return f"no built book at {HTML} (run `jupyter-book build . --all`)"
@@ -72,8 +58,6 @@ def _missing() -> str | None:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         return "Python playwright is not installed (pip install playwright)"
-    if mathjax_dir() is None:
-        return "no local MathJax 3 (npm install --prefix ~/.cache/fundamentallm mathjax@3)"
     return None
 
 
@@ -122,7 +106,6 @@ class Page:
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.blocked: list[str] = []
-        mathjax = mathjax_dir()
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(
             f"console: {m.text} ({m.location.get('url', '')})"))
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
@@ -132,12 +115,6 @@ class Page:
             host = urlparse(request_url).hostname
             if host == "127.0.0.1":
                 return r.continue_()
-            m = MATHJAX_CDN.match(request_url)
-            if m and mathjax is not None and (mathjax / m.group("path")).is_file():
-                path = mathjax / m.group("path")
-                kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-                return r.fulfill(status=200, body=path.read_bytes(), content_type=kind,
-                                 headers={"Access-Control-Allow-Origin": "*"})
             self.blocked.append(request_url)
             return r.abort()
 
@@ -319,3 +296,4 @@ def test_bibliography_page_lists_references(site, open_page):
     text = p.page.locator("article").inner_text()
     assert "attention is all you need" in text.lower()
     assert not p.errors, p.errors
+    assert not p.blocked, f"external requests: {p.blocked}"
