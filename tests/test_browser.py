@@ -47,6 +47,9 @@ def _toc_entries() -> list[str]:
 
 
 CHAPTERS = [e for e in _toc_entries() if (ROOT / f"{e}.ipynb").exists()]
+# Chapters with interactive figures (fundamentallm.interactive) and how many each has at least.
+EXPLORERS = {"book/03_multi_head_attention": 1, "book/04_positions": 1, "book/09_training": 1,
+             "book/10_sampling": 1}
 
 
 def _missing() -> str | None:
@@ -146,6 +149,36 @@ def _notebook_title(entry: str) -> str:
     return re.sub(r"[`*_]", "", first.removeprefix("# ")).strip()
 
 
+def _move_every_control(page) -> list[str]:
+    """Move each slider and list of every interactive figure away from its first value (to its
+    last, or its first if it starts at the last) and back: the image must change to a loaded
+    frame and come back. Returns the problems found."""
+    return page.evaluate("""() => {
+        const problems = [];
+        document.querySelectorAll("article .fl-explorer").forEach((root, n) => {
+            const img = root.querySelector("img");
+            root.querySelectorAll("[data-position]").forEach(control => {
+                const name = control.getAttribute("aria-label");
+                const count = control.tagName === "SELECT" ? control.options.length : +control.max + 1;
+                if (count < 2) return;
+                const start = control.value, before = img.src;
+                const other = String(+start === count - 1 ? 0 : count - 1);
+                control.value = other;
+                control.dispatchEvent(new Event("input", {bubbles: true}));
+                if (img.src === before || !img.src.startsWith("data:image/png"))
+                    problems.push(`interactive figure ${n + 1}: moving ${name} to ${other} did not change the figure`);
+                control.value = start;
+                control.dispatchEvent(new Event("input", {bubbles: true}));
+                if (img.src !== before)
+                    problems.push(`interactive figure ${n + 1}: moving ${name} back did not restore the figure`);
+            });
+            if (!(img.complete && img.naturalWidth > 0))
+                problems.push(`interactive figure ${n + 1}: its image did not load`);
+        });
+        return problems;
+    }""")
+
+
 def _wait_for_math(page) -> None:
     """Wait until MathJax has typeset the page (it loads deferred)."""
     page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
@@ -178,6 +211,12 @@ def test_chapter_page(site, open_page, entry):
         problems.append("no figure: no <img> with naturalWidth > 0 in the article")
     if broken:
         problems.append(f"broken images: {broken}")
+
+    # Interactive figures (fundamentallm.interactive): each control, moved, changes the figure.
+    n_explorers = page.locator("article .fl-explorer").count()
+    if n_explorers < EXPLORERS.get(entry, 0):
+        problems.append(f"{n_explorers} interactive figures, expected {EXPLORERS[entry]}")
+    problems += _move_every_control(page)
 
     # Math: MathJax typeset every math element, without TeX errors.
     n_math = page.locator("article .math").count()
