@@ -149,6 +149,15 @@ def _notebook_title(entry: str) -> str:
     return re.sub(r"[`*_]", "", first.removeprefix("# ")).strip()
 
 
+def _diagrams(entry: str) -> list[str]:
+    """File names of the diagrams (book/images/*.svg) that a chapter's markdown shows."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / f"{entry}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    return sorted(set(re.findall(r"images/([\w.-]+\.svg)", text)))
+
+
 def _move_every_control(page) -> list[str]:
     """Move each slider and list of every interactive figure away from its first value (to its
     last, or its first if it starts at the last) and back: the image must change to a loaded
@@ -211,6 +220,11 @@ def test_chapter_page(site, open_page, entry):
         problems.append("no figure: no <img> with naturalWidth > 0 in the article")
     if broken:
         problems.append(f"broken images: {broken}")
+    # Diagrams: every book/images/*.svg the chapter shows is on the page, loaded.
+    for diagram in _diagrams(entry):
+        if not any(src and Path(src).name == diagram and complete and width > 0
+                   for src, complete, width in images):
+            problems.append(f"diagram {diagram} is missing or did not load")
 
     # Interactive figures (fundamentallm.interactive): each control, moved, changes the figure.
     n_explorers = page.locator("article .fl-explorer").count()
@@ -301,6 +315,40 @@ def test_chapter_page(site, open_page, entry):
     if p.blocked:
         problems.append(f"the page requested external resources (blocked): {sorted(set(p.blocked))}")
     assert not problems, f"{entry}.html:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=[Path(e).name for e in CHAPTERS])
+def test_chapter_fits_a_phone(site, browser, entry):
+    """At a phone's width (390 px) the page does not scroll sideways: wide code, outputs, tables
+    and figures shrink or scroll inside their own box."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
+    try:
+        page = context.new_page()
+        page.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).hostname == "127.0.0.1"
+                   else r.abort())
+        page.goto(f"{site}/{entry}.html", wait_until="load")
+        page.wait_for_timeout(500)
+        wide = page.evaluate("""() => {
+            const limit = document.documentElement.clientWidth;
+            const out = [];
+            document.querySelectorAll("article *").forEach(e => {
+                const r = e.getBoundingClientRect();
+                if (r.width > 0 && r.right > limit + 1 && !e.closest("mjx-container")) {
+                    let p = e.parentElement, clipped = false;
+                    for (; p && p !== document.body; p = p.parentElement) {
+                        const o = getComputedStyle(p).overflowX;
+                        if (o === "auto" || o === "scroll" || o === "hidden") { clipped = true; break; }
+                    }
+                    if (!clipped) out.push(`${e.tagName.toLowerCase()}.${e.className} to ${Math.round(r.right)} px`);
+                }
+            });
+            return [document.documentElement.scrollWidth, limit, out.slice(0, 5)];
+        }""")
+        scroll_width, width, culprits = wide
+        assert scroll_width <= width + 1 and not culprits, \
+            f"{entry}.html is {scroll_width} px wide on a {width} px phone: {culprits}"
+    finally:
+        context.close()
 
 
 def test_index_redirects_to_the_intro_and_lists_every_page(site, open_page):
