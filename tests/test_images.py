@@ -56,3 +56,13 @@ def test_every_image_a_chapter_names_exists():
     for name, text in _markdown().items():
         for ref in re.findall(r"images/[\w.-]+", text):
             assert (ROOT / "book" / ref).is_file(), f"{name} refers to {ref}, which does not exist"
+
+
+def test_the_student_edition_carries_the_diagrams_and_the_books_mathjax(tmp_path):
+    from fundamentallm.course import student_edition
+
+    student_edition(tmp_path / "student", ROOT)
+    for path in IMAGES:
+        assert (tmp_path / "student" / "book" / "images" / path.name).is_file()
+    assert (tmp_path / "student" / "_vendor" / "mathjax" / "tex-chtml.js").is_file()
+    assert (tmp_path / "student" / "_static" / "fundamentallm.css").is_file()

@@ -155,6 +155,10 @@ def student_edition(out_dir: Path, root: Path = Path(".")) -> list[Path]:
     for extra in ("book/references.bib",):
         if (root / extra).exists():
             shutil.copy(root / extra, out_dir / extra)
+    # What the pages need besides the notebooks: the diagrams, the CSS, the book's own MathJax.
+    for extra in ("book/images", "_static", "_vendor"):
+        if (root / extra).is_dir():
+            shutil.copytree(root / extra, out_dir / extra, dirs_exist_ok=True)
     return written
 
 
