@@ -1,5 +1,7 @@
-"""The built book in a real browser: every chapter page renders its title, figures and math, has
-a working Colab link and collapsed solutions that open on click, and logs no console error.
+"""The built book in a real browser: every chapter page renders its title, figures, diagrams
+and math, has a working Colab link and collapsed solutions that open on click, interactive
+figures whose every control changes the figure, no sideways scrolling at a phone's width, and
+logs no console error.
 
 Needs the built HTML (``jupyter-book build . --all``), Debian's Chromium (``/usr/bin/chromium``)
 and Python ``playwright`` (driving that executable; no browser download). Without them the tests
