@@ -109,7 +109,7 @@ class FrameExplorer:
   }}
   controls.forEach(function (c) {{ c.addEventListener("input", update); }});
 }})();</script>"""
-        return (f'<div class="fl-explorer" id="{self.id}" style="max-width:100%">{title}'
+        return (f'<div class="fl-explorer" id="{self.id}" style="max-width:100%;overflow-x:auto">{title}'
                 f'<div class="fl-controls" style="display:flex;flex-wrap:wrap;gap:0.4em 1.2em;'
                 f'margin:0.3em 0">{controls}</div>'
                 f'<img src="{self.frames[key]}" data-frame="{key}" alt="{html.escape(self.alt)}" '
