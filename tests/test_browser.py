@@ -1,22 +1,23 @@
-"""The built book in a real browser: every chapter page renders its title, figures and math, has
-a working Colab link and collapsed solutions that open on click, and logs no console error.
+"""The built book in a real browser: every chapter page renders its title, figures, diagrams
+and math, has a working Colab link and collapsed solutions that open on click, interactive
+figures whose every control changes the figure, no sideways scrolling at a phone's width, and
+logs no console error.
 
-Needs the built HTML (``jupyter-book build . --all``), Debian's Chromium (``/usr/bin/chromium``),
-Python ``playwright`` (driving that executable; no browser download) and a local MathJax 3
-(``npm install mathjax@3``; see ``mathjax_dir``). Without them the tests are skipped, unless
-``FUNDAMENTALLM_REQUIRE_BROWSER=1`` (as in ``.ci/run``), where anything missing is a failure.
+Needs the built HTML (``jupyter-book build . --all``), Debian's Chromium (``/usr/bin/chromium``)
+and Python ``playwright`` (driving that executable; no browser download). Without them the tests
+are skipped, unless ``FUNDAMENTALLM_REQUIRE_BROWSER=1`` (as in ``.ci/run``), where anything
+missing is a failure.
 
-The pages are served from ``_build/html`` on 127.0.0.1; every other request is aborted, except
-MathJax's CDN requests, which are answered from the local MathJax copy (the built book keeps
-loading MathJax from its CDN, as readers need). ``FUNDAMENTALLM_SCREENSHOTS=DIR`` saves a
-full-page PNG of each chapter (solutions closed, then one opened) for a person to look at.
+The pages are served from ``_build/html`` on 127.0.0.1 and every other request is aborted and
+reported: the book works offline (MathJax ships with it, from ``_vendor/mathjax``).
+``FUNDAMENTALLM_SCREENSHOTS=DIR`` saves a full-page PNG of each chapter (solutions closed, then
+one opened) for a person to look at.
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
-import mimetypes
 import os
 import re
 import threading
@@ -31,7 +32,6 @@ HTML = ROOT / "_build" / "html"
 CHROMIUM = Path(os.environ.get("FUNDAMENTALLM_CHROMIUM", "/usr/bin/chromium"))
 REQUIRED = os.environ.get("FUNDAMENTALLM_REQUIRE_BROWSER") == "1"
 SCREENSHOTS = os.environ.get("FUNDAMENTALLM_SCREENSHOTS")
-MATHJAX_CDN = re.compile(r"^https://cdn\.jsdelivr\.net/npm/mathjax@3[^/]*/(?P<path>[^?#]+)")
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
     "--disable-background-networking", "--disable-component-update", "--disable-default-apps",
@@ -49,18 +49,9 @@ def _toc_entries() -> list[str]:
 
 
 CHAPTERS = [e for e in _toc_entries() if (ROOT / f"{e}.ipynb").exists()]
-
-
-def mathjax_dir() -> Path | None:
-    """A local MathJax 3 package: $FUNDAMENTALLM_MATHJAX_DIR, or npm's install under
-    ~/.cache/fundamentallm (where .ci/run puts it), or a global npm install."""
-    candidates = [os.environ.get("FUNDAMENTALLM_MATHJAX_DIR", ""),
-                  Path.home() / ".cache/fundamentallm/node_modules/mathjax",
-                  "/usr/local/lib/node_modules/mathjax", "/usr/lib/node_modules/mathjax"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "es5" / "tex-mml-chtml.js").exists():
-            return Path(candidate)
-    return None
+# Chapters with interactive figures (fundamentallm.interactive) and how many each has at least.
+EXPLORERS = {"book/03_multi_head_attention": 1, "book/04_positions": 1, "book/09_training": 1,
+             "book/10_sampling": 1}
 
 
 def _missing() -> str | None:
@@ -72,8 +63,6 @@ def _missing() -> str | None:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         return "Python playwright is not installed (pip install playwright)"
-    if mathjax_dir() is None:
-        return "no local MathJax 3 (npm install --prefix ~/.cache/fundamentallm mathjax@3)"
     return None
 
 
@@ -122,7 +111,6 @@ class Page:
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.blocked: list[str] = []
-        mathjax = mathjax_dir()
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(
             f"console: {m.text} ({m.location.get('url', '')})"))
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
@@ -132,12 +120,6 @@ class Page:
             host = urlparse(request_url).hostname
             if host == "127.0.0.1":
                 return r.continue_()
-            m = MATHJAX_CDN.match(request_url)
-            if m and mathjax is not None and (mathjax / m.group("path")).is_file():
-                path = mathjax / m.group("path")
-                kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-                return r.fulfill(status=200, body=path.read_bytes(), content_type=kind,
-                                 headers={"Access-Control-Allow-Origin": "*"})
             self.blocked.append(request_url)
             return r.abort()
 
@@ -167,6 +149,45 @@ def _notebook_title(entry: str) -> str:
     nb = nbformat.read(ROOT / f"{entry}.ipynb", as_version=4)
     first = nb.cells[0].source.splitlines()[0]
     return re.sub(r"[`*_]", "", first.removeprefix("# ")).strip()
+
+
+def _diagrams(entry: str) -> list[str]:
+    """File names of the diagrams (book/images/*.svg) that a chapter's markdown shows."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / f"{entry}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    return sorted(set(re.findall(r"images/([\w.-]+\.svg)", text)))
+
+
+def _move_every_control(page) -> list[str]:
+    """Move each slider and list of every interactive figure away from its first value (to its
+    last, or its first if it starts at the last) and back: the image must change to a loaded
+    frame and come back. Returns the problems found."""
+    return page.evaluate("""() => {
+        const problems = [];
+        document.querySelectorAll("article .fl-explorer").forEach((root, n) => {
+            const img = root.querySelector("img");
+            root.querySelectorAll("[data-position]").forEach(control => {
+                const name = control.getAttribute("aria-label");
+                const count = control.tagName === "SELECT" ? control.options.length : +control.max + 1;
+                if (count < 2) return;
+                const start = control.value, before = img.src;
+                const other = String(+start === count - 1 ? 0 : count - 1);
+                control.value = other;
+                control.dispatchEvent(new Event("input", {bubbles: true}));
+                if (img.src === before || !img.src.startsWith("data:image/png"))
+                    problems.push(`interactive figure ${n + 1}: moving ${name} to ${other} did not change the figure`);
+                control.value = start;
+                control.dispatchEvent(new Event("input", {bubbles: true}));
+                if (img.src !== before)
+                    problems.push(`interactive figure ${n + 1}: moving ${name} back did not restore the figure`);
+            });
+            if (!(img.complete && img.naturalWidth > 0))
+                problems.push(`interactive figure ${n + 1}: its image did not load`);
+        });
+        return problems;
+    }""")
 
 
 def _wait_for_math(page) -> None:
@@ -201,6 +222,17 @@ def test_chapter_page(site, open_page, entry):
         problems.append("no figure: no <img> with naturalWidth > 0 in the article")
     if broken:
         problems.append(f"broken images: {broken}")
+    # Diagrams: every book/images/*.svg the chapter shows is on the page, loaded.
+    for diagram in _diagrams(entry):
+        if not any(src and Path(src).name == diagram and complete and width > 0
+                   for src, complete, width in images):
+            problems.append(f"diagram {diagram} is missing or did not load")
+
+    # Interactive figures (fundamentallm.interactive): each control, moved, changes the figure.
+    n_explorers = page.locator("article .fl-explorer").count()
+    if n_explorers < EXPLORERS.get(entry, 0):
+        problems.append(f"{n_explorers} interactive figures, expected {EXPLORERS[entry]}")
+    problems += _move_every_control(page)
 
     # Math: MathJax typeset every math element, without TeX errors.
     n_math = page.locator("article .math").count()
@@ -287,6 +319,40 @@ def test_chapter_page(site, open_page, entry):
     assert not problems, f"{entry}.html:\n  " + "\n  ".join(problems)
 
 
+@pytest.mark.parametrize("entry", CHAPTERS, ids=[Path(e).name for e in CHAPTERS])
+def test_chapter_fits_a_phone(site, browser, entry):
+    """At a phone's width (390 px) the page does not scroll sideways: wide code, outputs, tables
+    and figures shrink or scroll inside their own box."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
+    try:
+        page = context.new_page()
+        page.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).hostname == "127.0.0.1"
+                   else r.abort())
+        page.goto(f"{site}/{entry}.html", wait_until="load")
+        page.wait_for_timeout(500)
+        wide = page.evaluate("""() => {
+            const limit = document.documentElement.clientWidth;
+            const out = [];
+            document.querySelectorAll("article *").forEach(e => {
+                const r = e.getBoundingClientRect();
+                if (r.width > 0 && r.right > limit + 1 && !e.closest("mjx-container")) {
+                    let p = e.parentElement, clipped = false;
+                    for (; p && p !== document.body; p = p.parentElement) {
+                        const o = getComputedStyle(p).overflowX;
+                        if (o === "auto" || o === "scroll" || o === "hidden") { clipped = true; break; }
+                    }
+                    if (!clipped) out.push(`${e.tagName.toLowerCase()}.${e.className} to ${Math.round(r.right)} px`);
+                }
+            });
+            return [document.documentElement.scrollWidth, limit, out.slice(0, 5)];
+        }""")
+        scroll_width, width, culprits = wide
+        assert scroll_width <= width + 1 and not culprits, \
+            f"{entry}.html is {scroll_width} px wide on a {width} px phone: {culprits}"
+    finally:
+        context.close()
+
+
 def test_index_redirects_to_the_intro_and_lists_every_page(site, open_page):
     p = open_page(f"{site}/index.html")
     page = p.page
@@ -319,3 +385,4 @@ def test_bibliography_page_lists_references(site, open_page):
     text = p.page.locator("article").inner_text()
     assert "attention is all you need" in text.lower()
     assert not p.errors, p.errors
+    assert not p.blocked, f"external requests: {p.blocked}"
