@@ -135,6 +135,7 @@ def test_command_writes_the_edition(tmp_path, capsys):
         shutil.copy(ROOT / name, root / name)
     shutil.copy(ROOT / "book" / "references.bib", root / "book")
     shutil.copy(ROOT / "book" / "01_why_attention.ipynb", root / "book")
+    shutil.copytree(ROOT / "book" / "images", root / "book" / "images")  # inlined diagrams
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "99_removed.ipynb").write_text("{}")
     assert main(["colab-edition", str(tmp_path / "out"), "--root", str(root)]) == 0

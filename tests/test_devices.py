@@ -23,7 +23,8 @@ def test_trainer_follows_the_device_switch(monkeypatch):
     """TrainConfig(device="auto") resolves through get_device: FUNDAMENTALLM_DEVICE=meta puts the
     model on the meta device (shapes only), as =cuda would on a GPU runtime."""
     monkeypatch.setenv("FUNDAMENTALLM_DEVICE", "meta")
-    trainer = Trainer(_model(), _data(), config=TrainConfig(max_steps=2, batch_size=4, progress=False))
+    trainer = Trainer(_model(), _data(), config=TrainConfig(max_steps=2, warmup_steps=0, batch_size=4,
+                                                                  progress=False))
     assert trainer.device == torch.device("meta")
     assert all(p.device.type == "meta" for p in trainer.model.parameters())
     assert trainer.amp_dtype is None  # mixed precision is for CUDA only

@@ -208,7 +208,9 @@ def graded(tmp_path_factory):
 
 
 def _ch02(row) -> list[int]:
-    return [row[ex.label] for ex in CH02.exercises]
+    """Marks of chapter 2's first four exercises, the ones the attack table above targets
+    (exercises added to the chapter later are graded too, and counted in ``out_of``)."""
+    return [row[f"ch02-ex{i}"] for i in range(1, 5)]
 
 
 def _message(details, student, label) -> str:
