@@ -3,18 +3,11 @@ and never calls ``plt.show()``, so notebooks decide how to display."""
 
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-
-
-def is_static() -> bool:
-    """True when building the static book (``FUNDAMENTALLM_STATIC=1``): interactive widgets are
-    replaced by static figures there, since widgets are dead in HTML."""
-    return os.environ.get("FUNDAMENTALLM_STATIC", "") not in ("", "0")
 
 
 def _np(x) -> np.ndarray:
