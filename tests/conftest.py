@@ -27,6 +27,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NEVER_COLLECT = {"_build", "student_edition", "colab", "node_modules"}
 
+# A small corpus for the command-line tests (tests/test_cli*.py): code and prose, enough for a
+# few training steps; the fixture writes it to a temporary working directory.
+TEXT = "def add(a, b):\n    return a + b\n\n" * 40 + "The quick brown fox jumps over the lazy dog.\n" * 40
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text(TEXT, encoding="utf-8")
+    return str(tmp_path / "corpus.txt")
+
 
 def toc_files(root: Path = ROOT) -> list[str]:
     """Every ``file:``/``root:`` entry of ``_toc.yml`` (paths relative to the root, no suffix)."""

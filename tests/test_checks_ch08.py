@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 import torch
 from book_solutions import book_solution
+from check_tables import table_tests
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -34,10 +35,6 @@ def make_windows_package(ids, block_size):
     ds = TextDataset(ids, block_size)
     xs, ys = zip(*(ds[i] for i in range(len(ds))))
     return torch.stack(xs), torch.stack(ys)
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError
 
 
 CORRECT = {
@@ -89,22 +86,8 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(CORRECT) for i in range(len(CORRECT[n]))])
-def test_check_passes_on_correct_answer(name, i, capsys):
-    assert checks.CHECKS[name](CORRECT[name][i]) is True
-    assert "passed" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("name", sorted(CORRECT))
-def test_check_fails_on_stub(name):
-    with pytest.raises(CheckFailed, match="NotImplementedError"):
-        checks.CHECKS[name](stub)
-
-
-@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(WRONG) for i in range(len(WRONG[n]))])
-def test_check_fails_on_wrong_answer(name, i):
-    with pytest.raises(CheckFailed, match=name):
-        checks.CHECKS[name](WRONG[name][i])
+test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \
+    table_tests(CORRECT, WRONG)
 
 
 def test_char_encode_agrees_with_the_package_tokenizer():

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from book_solutions import book_solution
+from check_tables import table_tests
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
@@ -33,10 +34,6 @@ def cosine_lr_package(step, max_lr, min_lr, warmup_steps, max_steps):
 
 
 clip_grad_norm = book_solution("ch09-ex4", "clip_grad_norm")
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError
 
 
 CORRECT = {
@@ -106,22 +103,8 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(CORRECT) for i in range(len(CORRECT[n]))])
-def test_check_passes_on_correct_answer(name, i, capsys):
-    assert checks.CHECKS[name](CORRECT[name][i]) is True
-    assert "passed" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("name", sorted(CORRECT))
-def test_check_fails_on_stub(name):
-    with pytest.raises(CheckFailed, match="NotImplementedError"):
-        checks.CHECKS[name](stub)
-
-
-@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(WRONG) for i in range(len(WRONG[n]))])
-def test_check_fails_on_wrong_answer(name, i):
-    with pytest.raises(CheckFailed, match=name):
-        checks.CHECKS[name](WRONG[name][i])
+test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \
+    table_tests(CORRECT, WRONG)
 
 
 FORBIDDEN = [  # (check, answer, the call the exercise forbids)

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from book_solutions import book_solution
+from check_tables import table_tests
 
 from fundamentallm import checks, generation
 from fundamentallm.checks import CheckFailed
@@ -36,10 +37,6 @@ def cached_attention_explicit(q, k_new, v_new, cache):
     for i in range(q.shape[2]):
         scores[:, :, i, start + i + 1:] = float("-inf")
     return scores.softmax(-1) @ v_all, (k_all, v_all)
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError
 
 
 CORRECT = {
@@ -140,22 +137,8 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(CORRECT) for i in range(len(CORRECT[n]))])
-def test_check_passes_on_correct_answer(name, i, capsys):
-    assert checks.CHECKS[name](CORRECT[name][i]) is True
-    assert "passed" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("name", sorted(CORRECT))
-def test_check_fails_on_stub(name):
-    with pytest.raises(CheckFailed, match="NotImplementedError"):
-        checks.CHECKS[name](stub)
-
-
-@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(WRONG) for i in range(len(WRONG[n]))])
-def test_check_fails_on_wrong_answer(name, i):
-    with pytest.raises(CheckFailed, match=name):
-        checks.CHECKS[name](WRONG[name][i])
+test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \
+    table_tests(CORRECT, WRONG)
 
 
 def test_top_p_reference_equals_the_package_on_unambiguous_rows():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from check_tables import table_tests
 
 from fundamentallm import checks
 from fundamentallm.attention import allowed_keys
@@ -57,10 +58,6 @@ def one_window(model, x, t):  # only the last layer's window: misses the layers 
     return (j <= t) & (j > t - w)
 
 
-def stub(*args, **kwargs):
-    raise NotImplementedError
-
-
 CORRECT = {
     "check_repeat_kv": [repeat_kv, repeat_kv_index],
     "check_window_mask_at": [window_mask_at, allowed_keys],
@@ -98,22 +95,8 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(CORRECT) for i in range(len(CORRECT[n]))])
-def test_check_passes_on_correct_answer(name, i, capsys):
-    assert checks.CHECKS[name](CORRECT[name][i]) is True
-    assert "passed" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("name", sorted(CORRECT))
-def test_check_fails_on_stub(name):
-    with pytest.raises(CheckFailed, match="NotImplementedError"):
-        checks.CHECKS[name](stub)
-
-
-@pytest.mark.parametrize("name,i", [(n, i) for n in sorted(WRONG) for i in range(len(WRONG[n]))])
-def test_check_fails_on_wrong_answer(name, i):
-    with pytest.raises(CheckFailed, match=name):
-        checks.CHECKS[name](WRONG[name][i])
+test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \
+    table_tests(CORRECT, WRONG)
 
 
 def test_forbidden_shortcut_is_named_and_restored():

@@ -9,19 +9,11 @@ import pytest
 
 from fundamentallm.__main__ import main
 
-TEXT = "def add(a, b):\n    return a + b\n\n" * 40 + "The quick brown fox jumps over the lazy dog.\n" * 40
 TINY = ["--preset", "nano", "--steps", "4", "--batch-size", "4", "--block-size", "16", "--no-progress"]
 
 
 def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
-
-
-@pytest.fixture
-def corpus(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "corpus.txt").write_text(TEXT, encoding="utf-8")
-    return str(tmp_path / "corpus.txt")
 
 
 def test_train_generate_evaluate(corpus, tmp_path, capsys):

@@ -17,7 +17,6 @@ from fundamentallm.__main__ import _build_parser, main
 from fundamentallm.checkpoint import load_checkpoint
 from fundamentallm.doctor import notebook_imports, report
 
-TEXT = "def add(a, b):\n    return a + b\n\n" * 40 + "The quick brown fox jumps over the lazy dog.\n" * 40
 TINY = ["--preset", "nano", "--batch-size", "4", "--block-size", "16", "--no-progress"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
        "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(__file__)),
@@ -26,13 +25,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
 
 def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
-
-
-@pytest.fixture
-def corpus(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "corpus.txt").write_text(TEXT, encoding="utf-8")
-    return str(tmp_path / "corpus.txt")
 
 
 def test_ctrl_c_saves_and_resume_continues_bit_for_bit(corpus, tmp_path, capsys):

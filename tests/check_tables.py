@@ -1,0 +1,38 @@
+"""The three table-driven tests of a chapter's checks, written once: every correct answer passes,
+a stub fails with a NotImplementedError message, every wrong answer fails naming its check.
+
+A test module defines ``CORRECT`` and ``WRONG`` (check name -> list of answers) and binds::
+
+    test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \\
+        table_tests(CORRECT, WRONG)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fundamentallm import checks
+from fundamentallm.checks import CheckFailed
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+def table_tests(correct: dict, wrong: dict):
+    @pytest.mark.parametrize("name,i", [(n, i) for n in sorted(correct) for i in range(len(correct[n]))])
+    def test_check_passes_on_correct_answer(name, i, capsys):
+        assert checks.CHECKS[name](correct[name][i]) is True
+        assert "passed" in capsys.readouterr().out
+
+    @pytest.mark.parametrize("name", sorted(correct))
+    def test_check_fails_on_stub(name):
+        with pytest.raises(CheckFailed, match="NotImplementedError"):
+            checks.CHECKS[name](stub)
+
+    @pytest.mark.parametrize("name,i", [(n, i) for n in sorted(wrong) for i in range(len(wrong[n]))])
+    def test_check_fails_on_wrong_answer(name, i):
+        with pytest.raises(CheckFailed, match=name):
+            checks.CHECKS[name](wrong[name][i])
+
+    return test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer
