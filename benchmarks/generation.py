@@ -35,6 +35,7 @@ import statistics
 import time
 
 import torch
+from record import save_result  # benchmarks/record.py (the script's folder is on sys.path)
 
 from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.__main__ import positive_int
@@ -172,19 +173,6 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
     result["vs_hf"] = round(result["ours_cache_tok_s"] / result["hf_cache_tok_s"], 3)
     result["default_layout_vs_hf"] = round(result["ours_cache_default_layout_tok_s"] / result["hf_cache_tok_s"], 3)
     return result
-
-
-def save_result(out: dict, path: str) -> None:
-    """Write the JSON result, with the UTC date and the machine, for the book and README to quote."""
-    import datetime
-    import platform
-    from pathlib import Path
-
-    record = {**out, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
-                         f"{'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU only'}"}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(record, indent=1) + "\n")
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ import os
 import time
 
 import torch
+from record import save_result  # benchmarks/record.py (the script's folder is on sys.path)
 
 from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.__main__ import nonneg_int, positive_int
@@ -102,19 +103,6 @@ def build_trainer(recipe_name: str, vocab_size: int, train_ids, val_ids, args,
         raise SystemExit(f"--set or --steps: {err}") from None
     print(f"{recipe_name}: params={params}\n  model: {config}\n  train: {train_config}", flush=True)
     return Trainer(model, train_ids, val_ids, config=train_config)
-
-
-def save_result(out: dict, path: str) -> None:
-    """Write the JSON result, with the UTC date and the machine, for the book and README to quote."""
-    import datetime
-    import platform
-    from pathlib import Path
-
-    record = {**out, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
-                         f"{'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU only'}"}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(record, indent=1) + "\n")
 
 
 def main() -> None:

@@ -39,6 +39,19 @@ def corpus(tmp_path, monkeypatch):
     return str(tmp_path / "corpus.txt")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _report_max_differences(request):
+    """After a test file's tests, print its measured worst differences (``MAX_DIFF``, filled where
+    each bound is asserted), visible with ``-s``. Only a report: it asserts nothing, so it does not
+    depend on which tests ran before it or in what order."""
+    yield
+    diffs = getattr(request.module, "MAX_DIFF", None)
+    if diffs:
+        title = getattr(request.module, "MAX_DIFF_TITLE", request.module.__name__)
+        summary = {"/".join(k) if isinstance(k, tuple) else k: f"{v:.2e}" for k, v in sorted(diffs.items())}
+        print(f"\n{title}:", summary)
+
+
 def toc_files(root: Path = ROOT) -> list[str]:
     """Every ``file:``/``root:`` entry of ``_toc.yml`` (paths relative to the root, no suffix)."""
     toc = root / "_toc.yml"

@@ -21,6 +21,7 @@ from fundamentallm.positions import RotaryEmbedding
 DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-10)}
 MAX_DIFF: dict = {}  # measured worst |ours - reference|, per comparison and dtype
+MAX_DIFF_TITLE = "attention max |ours - reference|"  # printed by conftest after this file's tests
 
 
 def _record(key, a, b):
@@ -445,13 +446,3 @@ def test_mha_input_and_mask_errors():
     for d_model, heads in ((32, 3), (32, 0), (30, 4)):
         with pytest.raises(ValueError, match="num_heads"):
             MultiHeadAttention(d_model, heads)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _report_max_differences():
-    """After this file's tests, print the measured worst differences (visible with ``-s``).
-    Each bound is asserted where the difference is measured (``_record``), so this report
-    does not depend on which tests ran before it or in what order."""
-    yield
-    summary = {"/".join(k) if isinstance(k, tuple) else k: f"{v:.2e}" for k, v in sorted(MAX_DIFF.items())}
-    print("\nattention max |ours - reference|:", summary)

@@ -17,6 +17,7 @@ logging.getLogger("transformers").setLevel(logging.ERROR)  # small vocabularies:
 V, C, L, H, T = 97, 48, 3, 4, 24
 # Measured max |ours - HF| of the logits (float32 unless noted), filled as the tests run.
 MAX_DIFF: dict = {}
+MAX_DIFF_TITLE = "interop max |ours - HF| logits"  # printed by conftest after this file's tests
 
 
 def _record(key, a, b):
@@ -328,13 +329,3 @@ def test_modern_rejections():
         from_hf_llama(_modern("qwen2", use_sliding_window=True, sliding_window=4, max_window_layers=1))
     with pytest.raises(ValueError, match="router_jitter_noise"):
         from_hf_llama(_modern("mixtral", router_jitter_noise=0.1))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _report_max_differences():
-    """After this file's tests, print the measured worst differences (visible with ``-s``).
-    Each bound is asserted where the difference is measured (``_record``), so this report
-    does not depend on which tests ran before it or in what order."""
-    yield
-    summary = {"/".join(k) if isinstance(k, tuple) else k: f"{v:.2e}" for k, v in sorted(MAX_DIFF.items())}
-    print("\ninterop max |ours - HF| logits:", summary)

@@ -14,6 +14,7 @@ TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10
 # Measured worst-case |ours - torch| over all cases below (filled in as tests run; reported in
 # assertion messages and by test_report_max_differences).
 MAX_DIFF: dict = {}
+MAX_DIFF_TITLE = "norms max |ours - torch|"  # printed by conftest after this file's tests
 
 
 def _record(key, a, b):
@@ -146,13 +147,3 @@ def test_bad_inputs(cls):
     for eps in (0.0, -1e-5):
         with pytest.raises(ValueError, match="eps"):
             cls(8, eps=eps)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _report_max_differences():
-    """After this file's tests, print the measured worst differences (visible with ``-s``).
-    Each bound is asserted where the difference is measured (``_record``), so this report
-    does not depend on which tests ran before it or in what order."""
-    yield
-    summary = {"/".join(k) if isinstance(k, tuple) else k: f"{v:.2e}" for k, v in sorted(MAX_DIFF.items())}
-    print("\nnorms max |ours - torch|:", summary)

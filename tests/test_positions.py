@@ -15,6 +15,7 @@ from fundamentallm.positions import (
 )
 
 MAX_DIFF: dict = {}
+MAX_DIFF_TITLE = "positions max |ours - reference|"  # printed by conftest after this file's tests
 
 
 def _record(key, a, b):
@@ -230,13 +231,3 @@ def test_factory_rejects_unknown(kind):
         create_positional_encoding(kind, 16, 8)
     msg = str(err.value)
     assert repr(kind) in msg and all(repr(k) in msg for k in ("learned", "sinusoidal", "rope", "none"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _report_max_differences():
-    """After this file's tests, print the measured worst differences (visible with ``-s``).
-    Each bound is asserted where the difference is measured (``_record``), so this report
-    does not depend on which tests ran before it or in what order."""
-    yield
-    summary = {"/".join(k) if isinstance(k, tuple) else k: f"{v:.2e}" for k, v in sorted(MAX_DIFF.items())}
-    print("\npositions max |ours - reference|:", summary)
