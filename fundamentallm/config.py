@@ -14,7 +14,7 @@ from typing import Any, Optional
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
-ACTIVATIONS = ("gelu", "relu", "swiglu")
+ACTIVATIONS = ("gelu", "relu", "swiglu", "relu2")
 ATTN_IMPLS = ("explicit", "sdpa")
 ROPE_SCALINGS = ("linear", "llama3")
 # The keys each RoPE scaling rule takes (besides "rope_type"), as in Hugging Face's configs.
@@ -69,8 +69,12 @@ class TransformerConfig:
 
     Modern-decoder options: ``num_kv_heads`` (grouped-query attention, Ainslie et al. 2023; 1 is
     multi-query attention, Shazeer 2019), ``sliding_window`` (Mistral's local attention),
-    ``rope_scaling`` (linear, or Llama 3's frequency-dependent rule), ``qkv_bias`` (Qwen2) and a
-    mixture-of-experts feed-forward (``moe_experts``, ``moe_top_k``). With experts, the router's
+    ``rope_scaling`` (linear, or Llama 3's frequency-dependent rule), ``qkv_bias`` (Qwen2), a
+    mixture-of-experts feed-forward (``moe_experts``, ``moe_top_k``), ``qk_norm`` (an RMSNorm
+    on each head's queries and keys before RoPE, as in Qwen3 and OLMo 2) and
+    ``value_embeddings`` (each layer adds its own learned embedding of the input token to the
+    attention values, from the modded-nanogpt speedrun). ``activation="relu2"`` is ReLU squared
+    (So et al. 2021). With experts, the router's
     load-balancing loss reaches training through ``Transformer.forward``: in training mode and with
     targets, the returned loss is the cross-entropy plus ``moe_aux_loss_coef`` times the mean of
     the layers' balancing losses; in eval mode it is the cross-entropy alone (so perplexity stays
@@ -102,6 +106,8 @@ class TransformerConfig:
     moe_experts: int = 0  # 0 = a dense feed-forward; >= 2 = a mixture of this many experts
     moe_top_k: int = 2  # experts per token
     moe_aux_loss_coef: float = 0.01  # weight of the load-balancing loss added to the training loss
+    qk_norm: bool = False  # RMSNorm (with a gain) on each head's queries and keys
+    value_embeddings: bool = False  # per layer, v += an embedding of the token (vocab_size x kv dim)
 
     def __post_init__(self) -> None:
         _check_int("vocab_size", self.vocab_size)
@@ -127,7 +133,7 @@ class TransformerConfig:
         _check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("attn_impl", self.attn_impl, ATTN_IMPLS)
-        for name in ("bias", "tie_weights", "causal"):
+        for name in ("bias", "tie_weights", "causal", "qk_norm", "value_embeddings"):
             _check_bool(name, getattr(self, name))
         if self.pos_encoding == "rope" and self.head_dim % 2 != 0:
             raise ValueError(f"pos_encoding='rope' needs an even head_dim, got d_model/num_heads={self.head_dim}")
@@ -142,6 +148,9 @@ class TransformerConfig:
             if self.num_heads % self.num_kv_heads != 0:
                 raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads} "
                                  f"(each key/value head serves num_heads / num_kv_heads query heads)")
+        if self.value_embeddings and not self.causal:
+            raise ValueError("value_embeddings=True needs causal=True (a decoder: the embeddings are "
+                             "of the tokens whose values the queries read)")
         if self.sliding_window is not None:
             _check_int("sliding_window", self.sliding_window)
             if not self.causal:

@@ -1,5 +1,5 @@
 """Position-wise feed-forward network (Vaswani et al. 2017), with the GELU (Hendrycks & Gimpel
-2016), ReLU and SwiGLU (Shazeer 2020) variants.
+2016), ReLU, ReLU² (So et al. 2021, "Primer") and SwiGLU (Shazeer 2020) variants.
 
 The same two-layer MLP is applied to every token independently: attention mixes information
 across positions, the feed-forward network transforms it within each position.
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ACTIVATIONS = ("gelu", "relu", "swiglu")
+ACTIVATIONS = ("gelu", "relu", "swiglu", "relu2")
 
 
 class FeedForward(nn.Module):
@@ -42,6 +42,8 @@ class FeedForward(nn.Module):
             h = F.silu(self.gate(x)) * h
         elif self.activation == "gelu":
             h = F.gelu(h, approximate="tanh")
+        elif self.activation == "relu2":
+            h = F.relu(h).square()
         else:
             h = F.relu(h)
         return self.dropout(self.down(h))  # (B, T, d_model)

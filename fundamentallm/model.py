@@ -41,7 +41,8 @@ class TransformerBlock(nn.Module):
         self.attn = MultiHeadAttention(c.d_model, c.num_heads, dropout=c.dropout, bias=c.bias,
                                        causal=c.causal, rope=rope, use_sdpa=c.attn_impl == "sdpa",
                                        num_kv_heads=c.kv_heads, qkv_bias=c.attn_qkv_bias,
-                                       sliding_window=c.sliding_window)
+                                       sliding_window=c.sliding_window, qk_norm=c.qk_norm,
+                                       norm_eps=c.norm_eps)
         self.norm2 = make_norm(c.norm, c.d_model, eps=c.norm_eps, bias=c.bias)
         if c.moe_experts:
             self.ff = MoEFeedForward(c.d_model, c.ff_dim, c.moe_experts, top_k=c.moe_top_k,
@@ -52,10 +53,10 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
                 kv_cache: Optional[KVCache] = None, start_pos: int = 0, layer: int = 0,
-                return_weights: bool = False):
+                return_weights: bool = False, value_embeds: Optional[torch.Tensor] = None):
         pre = self.norm_position == "pre"
         out = self.attn(self.norm1(x) if pre else x, mask=mask, kv_cache=kv_cache, start_pos=start_pos,
-                        layer=layer, return_weights=return_weights)
+                        layer=layer, return_weights=return_weights, value_embeds=value_embeds)
         a, w = out if return_weights else (out, None)
         if pre:
             x = x + self.resid_dropout(a)
@@ -146,6 +147,9 @@ class _Backbone(nn.Module):
             self.pos_encoding = create_positional_encoding(c.pos_encoding, c.d_model, c.max_seq_len)
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(c, rope=self.rope) for _ in range(c.num_layers))
+        # Value embeddings: one table per layer, added to that layer's attention values.
+        self.value_embeds = nn.ModuleList(nn.Embedding(c.vocab_size, c.kv_heads * c.head_dim)
+                                          for _ in range(c.num_layers)) if c.value_embeddings else None
         # Post-LN blocks already end with a norm; pre-LN needs one after the last residual add.
         self.norm_f = make_norm(c.norm, c.d_model, eps=c.norm_eps, bias=c.bias) \
             if c.norm_position == "pre" else nn.Identity()
@@ -219,12 +223,15 @@ class _Backbone(nn.Module):
         if self.pos_encoding is not None:
             x = self.pos_encoding(x, start)
         x = self.dropout(x)
+        ids = input_ids.long()
         for i, block in enumerate(self.blocks):
+            ve = self.value_embeds[i](ids) if self.value_embeds is not None else None  # (B, T, H_kv·D)
             if attentions is not None:
-                x, w = block(x, mask=mask, kv_cache=kv_cache, start_pos=start, layer=i, return_weights=True)
+                x, w = block(x, mask=mask, kv_cache=kv_cache, start_pos=start, layer=i, return_weights=True,
+                             value_embeds=ve)
                 attentions.append(w)
             else:
-                x = block(x, mask=mask, kv_cache=kv_cache, start_pos=start, layer=i)
+                x = block(x, mask=mask, kv_cache=kv_cache, start_pos=start, layer=i, value_embeds=ve)
         if kv_cache is not None:
             kv_cache.advance(T)
         return self.norm_f(x)

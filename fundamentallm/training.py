@@ -31,7 +31,8 @@ from tqdm import tqdm
 from .data import DataSource
 from .utils import get_device
 
-SCHEDULES = ("cosine", "inverse_sqrt", "constant")
+SCHEDULES = ("cosine", "inverse_sqrt", "constant", "wsd")
+OPTIMIZERS = ("adamw", "muon")
 
 
 class TrainingDiverged(RuntimeError):
@@ -46,7 +47,13 @@ class TrainConfig:
     an optimizer step sees ``batch_size * grad_accum_steps`` sequences. ``min_lr=None`` means
     ``lr / 10``. ``block_size=None`` uses the model's ``config.max_seq_len`` for token streams.
     ``eval_interval=0`` evaluates only at the end; ``eval_batches=None`` evaluates the whole
-    validation split. ``grad_clip=0`` disables clipping (the norm is still recorded)."""
+    validation split. ``grad_clip=0`` disables clipping (the norm is still recorded).
+
+    ``optimizer="muon"`` trains the hidden matrices with :class:`~fundamentallm.muon.Muon`
+    (peak rate ``muon_lr``, momentum ``muon_momentum``, no weight decay) and everything else with
+    AdamW as above; the schedule scales both rates by the same factor. ``schedule="wsd"``
+    (warmup-stable-decay) holds ``lr`` after the warmup and decays linearly to ``min_lr`` over the
+    last ``cooldown_fraction`` of the steps."""
 
     lr: float = 1e-3
     min_lr: Optional[float] = None
@@ -70,6 +77,10 @@ class TrainConfig:
     seed: int = 0
     progress: bool = True
     compile: bool = False
+    optimizer: str = "adamw"
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95
+    cooldown_fraction: float = 0.2
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
@@ -106,7 +117,13 @@ class TrainConfig:
         positive("seed", self.seed, integer=True, zero_ok=True)
         if not isinstance(self.label_smoothing, float) or not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={self.label_smoothing!r} must be a float in [0, 1)")
-        for name, allowed in (("schedule", SCHEDULES), ("mixed_precision", PRECISIONS)):
+        positive("muon_lr", self.muon_lr)
+        for name in ("muon_momentum", "cooldown_fraction"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+                raise ValueError(f"{name}={value!r} must be a number in [0, 1)")
+        for name, allowed in (("schedule", SCHEDULES), ("mixed_precision", PRECISIONS),
+                              ("optimizer", OPTIMIZERS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not supported; allowed values: "
                                  f"{', '.join(map(repr, allowed))}")
@@ -135,6 +152,9 @@ def lr_at(step: int, config: TrainConfig) -> float:
     inverse_sqrt: Vaswani et al.'s ``d_model^-0.5 · min(s^-0.5, s · warmup^-1.5)`` rescaled so its
                   peak (at ``s = warmup``) is ``lr``: ``lr · min(s / w, sqrt(w / s))``, s = step + 1.
     constant:     linear warmup, then ``lr``.
+    wsd:          linear warmup, ``lr`` held, then a linear decay to ``min_lr`` over the last
+                  ``cooldown_fraction · max_steps`` steps (warmup-stable-decay: Zhai et al. 2022,
+                  Hu et al. 2024, Hägele et al. 2024).
     """
     s, w = step + 1, config.warmup_steps
     if config.schedule == "inverse_sqrt":
@@ -145,17 +165,50 @@ def lr_at(step: int, config: TrainConfig) -> float:
     if config.schedule == "constant":
         return config.lr
     min_lr = config.lr / 10 if config.min_lr is None else config.min_lr
+    if config.schedule == "wsd":
+        cooldown = max(1, round(config.cooldown_fraction * config.max_steps))
+        start = max(w, config.max_steps - cooldown)
+        progress = min(1.0, max(0, s - start) / max(1, config.max_steps - start))
+        return config.lr + progress * (min_lr - config.lr)
     progress = min(1.0, (s - w) / max(1, config.max_steps - w))
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.lr - min_lr)
 
 
-def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+def muon_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The hidden matrices Muon trains: the weights of the ``nn.Linear`` layers, except the output
+    layer (a module named ``lm_head`` or ``head``) and any weight shared with an embedding."""
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    out = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] not in ("lm_head", "head") \
+                and id(module.weight) not in embedded and module.weight.requires_grad:
+            out.append(module.weight)
+    return out
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     """AdamW with two groups: weight decay on every parameter with >= 2 dimensions (the linear
     maps and, as in nanoGPT, the embeddings), none on biases and norm gains, whose decay toward
-    zero would only fight their role. A tied matrix appears once."""
+    zero would only fight their role. A tied matrix appears once.
+
+    With ``config.optimizer == "muon"``: one :class:`~fundamentallm.muon.Muon` whose first group
+    holds the hidden matrices (:func:`muon_parameters`) and whose other two groups are the AdamW
+    groups above without them. Each group keeps its peak rate in ``"peak_lr"``."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    if config.optimizer == "muon":
+        from .muon import Muon
+
+        hidden = {id(p) for p in muon_parameters(model)}
+        rest = [p for p in params if id(p) not in hidden]
+        groups = [{"params": [p for p in params if id(p) in hidden], "use_muon": True,
+                   "lr": config.muon_lr, "peak_lr": config.muon_lr, "momentum": config.muon_momentum},
+                  {"params": [p for p in rest if p.dim() >= 2], "use_muon": False, "peak_lr": config.lr,
+                   "weight_decay": config.weight_decay},
+                  {"params": [p for p in rest if p.dim() < 2], "use_muon": False, "peak_lr": config.lr}]
+        return Muon([g for g in groups if g["params"]], lr=config.lr, betas=config.betas, eps=config.eps)
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay,
+               "peak_lr": config.lr},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "peak_lr": config.lr}]
     kwargs = dict(lr=config.lr, betas=config.betas, eps=config.eps)
     try:  # the fused kernel (one pass over all parameters) is several times faster, CPU included
         return torch.optim.AdamW(groups, fused=True, **kwargs)
@@ -209,12 +262,21 @@ class Trainer:
             "val_loss", "val_perplexity", "val_loss_step")}
 
     def _resolve_precision(self) -> Optional[torch.dtype]:
-        """Mixed precision only on CUDA (bf16 where supported, else fp16); CPU/MPS stay fp32."""
+        """``auto``: mixed precision on CUDA (bf16 where supported, else fp16), float32 elsewhere.
+        ``bf16`` also works on the CPU, where it is opt-in: its matrix products are ~4x faster than
+        float32's on CPUs with bf16 instructions (AVX512-BF16, AMX) and slower on CPUs without them
+        (see benchmarks/README.md). The weights, the optimizer and the loss stay float32."""
         mode = self.config.mixed_precision
-        if self.device.type != "cuda" or mode == "off":
+        if mode == "off" or (mode == "auto" and self.device.type != "cuda"):
             return None
         if mode == "auto":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if mode == "fp16" and self.device.type != "cuda":
+            raise ValueError(f"mixed_precision='fp16' needs a CUDA device (it relies on loss scaling "
+                             f"there), got device {self.device.type!r}; use 'bf16' or 'off'")
+        if mode == "bf16" and self.device.type not in ("cuda", "cpu"):
+            raise ValueError(f"mixed_precision='bf16' is supported on 'cuda' and 'cpu', got device "
+                             f"{self.device.type!r}; use 'off'")
         return torch.bfloat16 if mode == "bf16" else torch.float16
 
     def _autocast(self):
@@ -246,8 +308,8 @@ class Trainer:
         self.model.train()
         t0 = time.perf_counter()
         lr = lr_at(self.step, c)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        for group in self.optimizer.param_groups:  # every group follows the schedule's shape
+            group["lr"] = group.get("peak_lr", c.lr) * lr / c.lr
         # Every micro-batch is drawn first (the same draws, in the same order, as one at a time),
         # so the step's total number of real targets is known before the first backward pass.
         # subtle: every rank draws the same global batches, so each knows the global count.

@@ -1,0 +1,148 @@
+"""Muon (Jordan et al. 2024): momentum whose update matrix is orthogonalised by Newton-Schulz.
+
+For a weight matrix, AdamW scales each entry of the update on its own. Muon treats the update as a
+matrix: it takes the momentum ``M`` of the gradients and replaces it by the nearest matrix with
+all singular values equal to one, ``U Vᵀ`` where ``M = U S Vᵀ``. Every direction the gradient
+points in then moves the weights by the same amount, so the rare directions (small singular
+values) are not drowned by the dominant ones. An SVD per step would be slow; five iterations of
+an odd matrix polynomial ``X <- aX + b(XXᵀ)X + c(XXᵀ)²X`` push every singular value of a
+normalised ``X`` towards one using only matrix products (Newton-Schulz; the coefficients are
+Keller Jordan's, tuned so that small singular values grow fast, which leaves them roughly in
+[0.7, 1.2] rather than exactly 1 -- good enough for training).
+
+Muon is for the hidden matrices only; embeddings, the output layer and the 1-D gains and biases
+train with AdamW (groups with ``use_muon=False`` here, as in Jordan's ``MuonWithAuxAdam``).
+
+References: K. Jordan et al., "Muon: An optimizer for hidden layers in neural networks" (2024),
+https://kellerjordan.github.io/posts/muon/ ; the update rule and the learning-rate adjustment
+``sqrt(max(1, rows / cols))`` are those of ``torch.optim.Muon``, which
+``tests/test_muon.py`` checks this implementation against.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Iterable
+
+import torch
+from torch.optim.adam import adam
+
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+
+def newton_schulz(G: torch.Tensor, steps: int = 5, coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+                  eps: float = 1e-7, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """Approximately orthogonalise ``G`` ``(..., m, n)``: ``U S' Vᵀ`` with ``S'`` near the
+    identity, where ``G = U S Vᵀ``. A stack of matrices is processed in one batched product.
+
+    ``G`` is first divided by its Frobenius norm, which bounds every singular value by 1 (the
+    polynomial only converges there). A tall matrix is transposed so that ``X Xᵀ`` is the small
+    Gram matrix. Computed in ``dtype`` (bf16 by default, as in ``torch.optim.Muon``: the
+    iteration tolerates the rounding, and bf16 products are several times faster)."""
+    if G.dim() < 2:
+        raise ValueError(f"newton_schulz needs a matrix (or a stack of them), got shape {tuple(G.shape)}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps={steps!r} must be an integer >= 1")
+    a, b, c = coefficients
+    X = G.to(dtype)
+    tall = G.shape[-2] > G.shape[-1]
+    if tall:
+        X = X.mT
+    X = X / X.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
+    batch = X.shape[:-2]
+    X = X.reshape(-1, *X.shape[-2:])  # (N, m, n): one batched product per iteration
+    for _ in range(steps):
+        A = X @ X.mT  # (N, m, m), m the smaller side
+        B = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b·A + c·A²
+        X = torch.baddbmm(X, B, X, beta=a)  # a·X + B·X
+    X = X.reshape(*batch, *X.shape[-2:])
+    return X.mT if tall else X
+
+
+def muon_lr_scale(shape: torch.Size) -> float:
+    """``sqrt(max(1, rows / cols))``: an orthogonalised tall matrix has smaller entries, so its
+    step is scaled up to keep the update's size per entry comparable across shapes."""
+    return math.sqrt(max(1.0, shape[0] / shape[1]))
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon for the matrices of groups with ``use_muon=True`` (the default); AdamW for the others.
+
+    A Muon group: ``lr`` (default 0.02), ``momentum`` 0.95 with Nesterov, ``weight_decay``
+    (decoupled: ``p <- p · (1 - lr · wd)``), ``ns_steps`` 5. Per step, for each matrix ``W`` with
+    gradient ``g`` and momentum buffer ``m``::
+
+        m <- momentum · m + (1 - momentum) · g
+        u <- newton_schulz((1 - momentum) · g + momentum · m)       # Nesterov look-ahead
+        W <- W · (1 - lr · wd) - lr · sqrt(max(1, rows / cols)) · u
+
+    Matrices of the same shape (up to a transpose) are orthogonalised together in one batched
+    product: at the course's sizes a step is many small products, and batching them saves most
+    of Muon's extra time. An AdamW group (``use_muon=False``) takes ``lr``, ``betas``, ``eps``
+    and ``weight_decay`` and is updated exactly as by ``torch.optim.AdamW``.
+    """
+
+    def __init__(self, params: Iterable, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
+                 weight_decay: float = 0.0, ns_steps: int = 5, betas: tuple[float, float] = (0.9, 0.95),
+                 eps: float = 1e-8) -> None:
+        for name, value, lo, hi in (("lr", lr, 0.0, math.inf), ("momentum", momentum, 0.0, 1.0),
+                                    ("weight_decay", weight_decay, 0.0, math.inf)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value < hi:
+                raise ValueError(f"{name}={value!r} must be a number in [{lo}, {hi})")
+        if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
+            raise ValueError(f"ns_steps={ns_steps!r} must be an integer >= 1")
+        defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                        ns_steps=ns_steps, betas=tuple(betas), eps=eps, use_muon=True)
+        super().__init__(params, defaults)
+        for i, group in enumerate(self.param_groups):
+            if group["use_muon"]:
+                for p in group["params"]:
+                    if p.dim() != 2:
+                        raise ValueError(f"param group {i}: Muon updates matrices only, got a parameter of "
+                                         f"shape {tuple(p.shape)}; put vectors, embeddings and the output "
+                                         f"layer in a group with use_muon=False (AdamW)")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                (self._muon_step if group["use_muon"] else self._adamw_step)(group, params)
+        return loss
+
+    def _muon_step(self, group: dict, params: list[torch.Tensor]) -> None:
+        mu, lr = group["momentum"], group["lr"]
+        by_shape: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = defaultdict(list)
+        for p in params:
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p)
+            buf = state["momentum_buffer"]
+            buf.lerp_(p.grad, 1 - mu)
+            update = p.grad.lerp(buf, mu) if group["nesterov"] else buf
+            wide = update if update.shape[0] <= update.shape[1] else update.mT  # NS(Gᵀ) = NS(G)ᵀ
+            by_shape[(tuple(wide.shape), update.dtype, update.device)].append((p, wide))
+        for items in by_shape.values():
+            ortho = newton_schulz(torch.stack([w for _, w in items]), steps=group["ns_steps"])
+            for (p, wide), o in zip(items, ortho):
+                o = o if wide.shape == p.shape else o.mT
+                p.mul_(1 - lr * group["weight_decay"])
+                p.add_(o.to(p.dtype), alpha=-lr * muon_lr_scale(p.shape))
+
+    def _adamw_step(self, group: dict, params: list[torch.Tensor]) -> None:
+        states = [self.state[p] for p in params]
+        for p, state in zip(params, states):
+            if "exp_avg" not in state:
+                state["step"] = torch.zeros((), dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+        beta1, beta2 = group["betas"]
+        adam(params, [p.grad for p in params], [s["exp_avg"] for s in states],
+             [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states],
+             amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"],
+             eps=group["eps"], maximize=False, decoupled_weight_decay=True)
