@@ -25,6 +25,7 @@ import argparse
 import ast
 import json
 import os
+import statistics
 import time
 
 import torch
@@ -105,27 +106,90 @@ def build_trainer(recipe_name: str, vocab_size: int, train_ids, val_ids, args,
     return Trainer(model, train_ids, val_ids, config=train_config)
 
 
+def cpu_has_bf16() -> bool:
+    """Whether the CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX); without it, the
+    bf16 recipes still run, but slower than in float32 (Linux only; False where unknown)."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def train_seed(names: list[str], seed: int, vocab_size: int, train_ids, val_ids, args,
+               model_over: dict, train_over: dict) -> dict:
+    """Train the recipes ``names`` with one seed, interleaved in chunks of 100 steps (so that
+    their speeds are measured under the same machine load); return each one's result."""
+    args.seed = seed
+    # --set applies to the first recipe named.
+    trainers = {name: build_trainer(name, vocab_size, train_ids, val_ids, args,
+                                    model_over if name == names[0] else {},
+                                    train_over if name == names[0] else {})
+                for name in names}
+    chunk = 100 if len(names) > 1 else 250
+    while any(t.step < args.steps for t in trainers.values()):
+        for name, trainer in trainers.items():
+            trainer.fit(steps=min(chunk, args.steps - trainer.step))
+            recent = trainer.history["train_loss"][-chunk:]
+            print(f"seed {seed} {name:8s} step {trainer.step:5d}  train_loss {sum(recent) / len(recent):.4f}  "
+                  f"lr {trainer.history['lr'][-1]:.2e}  "
+                  f"{trainer.tokens_seen / trainer.elapsed:,.0f} tok/s  load {os.getloadavg()[0]:.2f}",
+                  flush=True)
+    runs = {}
+    for name, trainer in trainers.items():
+        t_eval = time.perf_counter()
+        val = trainer.evaluate()
+        eval_s = time.perf_counter() - t_eval
+        runs[name] = {"val_loss": round(val["val_loss"], 4), "params": trainer.model.num_parameters(),
+                      "train_tokens": trainer.tokens_seen, "steps": trainer.step,
+                      "tokens_per_s": round(trainer.tokens_seen / trainer.elapsed),
+                      "train_s": round(trainer.elapsed, 1), "eval_s": round(eval_s, 1),
+                      "time_s": round(trainer.elapsed + eval_s, 1)}
+        print(f"seed {seed} {name:8s} val_loss {runs[name]['val_loss']:.4f}", flush=True)
+    return runs
+
+
+def summarise(per_seed: list[dict], name: str) -> dict:
+    """One recipe over the seeds: lists per seed, and the mean and sample sd of the loss."""
+    runs = [r[name] for r in per_seed]
+    losses = [r["val_loss"] for r in runs]
+    out = {key: [r[key] for r in runs] for key in ("val_loss", "tokens_per_s", "train_s", "eval_s", "time_s")}
+    out.update(mean=round(statistics.fmean(losses), 4),
+               sd=round(statistics.stdev(losses), 4) if len(losses) > 1 else None,
+               params=runs[0]["params"], train_tokens=runs[0]["train_tokens"], steps=runs[0]["steps"])
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default="python-docs", help="'python-docs', 'tinyshakespeare' or a path")
-    parser.add_argument("--baseline", action="store_true", help="the nanoGPT-like recipe")
+    parser.add_argument("--recipe", nargs="+", default=["ours"], choices=list(RECIPES),
+                        help="the recipe(s) to train: 'ours' (the course's, AdamW), 'record' (Muon and "
+                             "the speedrun's ingredients) or 'baseline' (nanoGPT's CPU recipe)")
+    parser.add_argument("--baseline", action="store_true", help="the same as --recipe baseline")
     parser.add_argument("--compare", action="store_true",
-                        help="train ours and the baseline side by side, alternating every 100 steps, "
-                             "so that both speeds are measured under the same machine load")
+                        help="also train the baseline, alternating every 100 steps with the other "
+                             "recipe(s), so that all speeds are measured under the same machine load")
+    parser.add_argument("--seeds", type=positive_int, default=1,
+                        help="train with seeds SEED, SEED+1, ... and report each, the mean and the sd")
     parser.add_argument("--steps", type=positive_int, default=STEPS, help="change only for quick trials")
     parser.add_argument("--seed", type=nonneg_int, default=1337)
     parser.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--save", default=None, metavar="PATH",
                         help="also write the JSON result to PATH (e.g. benchmarks/results/NAME.json)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                        help="override a TransformerConfig or TrainConfig field of the recipe "
-                             "(of ours with --compare), for sweeps and ablations")
+                        help="override a TransformerConfig or TrainConfig field of the (first) recipe, "
+                             "for sweeps and ablations")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.compare and args.baseline:
+    names = list(dict.fromkeys(["baseline"] if args.baseline else args.recipe))
+    if args.baseline and args.compare:
         raise SystemExit("--compare already trains the baseline; drop --baseline")
-    names = ["ours", "baseline"] if args.compare else ["baseline" if args.baseline else "ours"]
+    if args.compare and "baseline" not in names:
+        names.append("baseline")
+    if args.compare and len(names) < 2:
+        raise SystemExit("--compare trains the baseline next to another recipe; name one with --recipe")
     model_over, train_over = parse_overrides(args.set)
 
     load_start = os.getloadavg()
@@ -137,43 +201,22 @@ def main() -> None:
     print(f"corpus={args.corpus} chars={len(text)} vocab={tokenizer.vocab_size} "
           f"train_tokens={len(train_ids)} val_tokens={len(val_ids)} "
           f"threads={torch.get_num_threads()} load={load_start}", flush=True)
-    # --set applies to the first recipe: ours under --compare, else the one chosen.
-    trainers = {name: build_trainer(name, tokenizer.vocab_size, train_ids, val_ids, args,
-                                    model_over if name == names[0] else {},
-                                    train_over if name == names[0] else {})
-                for name in names}
-
-    chunk = 100 if args.compare else 250
-    while any(t.step < args.steps for t in trainers.values()):
-        for name, trainer in trainers.items():
-            trainer.fit(steps=min(chunk, args.steps - trainer.step))
-            recent = trainer.history["train_loss"][-chunk:]
-            print(f"{name:8s} step {trainer.step:5d}  train_loss {sum(recent) / len(recent):.4f}  "
-                  f"lr {trainer.history['lr'][-1]:.2e}  "
-                  f"{trainer.tokens_seen / trainer.elapsed:,.0f} tok/s  load {os.getloadavg()[0]:.2f}",
-                  flush=True)
-    load_train_end = os.getloadavg()
-    runs = {}
-    for name, trainer in trainers.items():
-        t_eval = time.perf_counter()
-        val = trainer.evaluate()
-        runs[name] = {"val_loss": round(val["val_loss"], 4), "params": trainer.model.num_parameters(),
-                      "train_tokens": trainer.tokens_seen, "steps": trainer.step,
-                      "tokens_per_s": round(trainer.tokens_seen / trainer.elapsed),
-                      "train_s": round(trainer.elapsed, 1),
-                      "eval_s": round(time.perf_counter() - t_eval, 1)}
-    out = {"benchmark": "train_budget", "corpus": args.corpus,
-           "val_windows": (len(val_ids) - 1) // BLOCK}
-    if args.compare:
-        out.update(runs)
-        out["speed_ratio"] = round(runs["ours"]["tokens_per_s"] / runs["baseline"]["tokens_per_s"], 3)
-    else:
-        out.update(recipe=names[0], **runs[names[0]])
+    first_seed = args.seed
+    seeds = [first_seed + i for i in range(args.seeds)]
+    per_seed = [train_seed(names, seed, tokenizer.vocab_size, train_ids, val_ids, args, model_over, train_over)
+                for seed in seeds]
+    out = {"benchmark": "train_budget", "corpus": args.corpus, "val_windows": (len(val_ids) - 1) // BLOCK,
+           "recipes": names, "seeds": seeds}
+    for name in names:
+        out[name] = summarise(per_seed, name)
+    if "baseline" in names:
+        out["speed_ratio"] = {name: [round(r[name]["tokens_per_s"] / r["baseline"]["tokens_per_s"], 3)
+                                     for r in per_seed] for name in names if name != "baseline"}
     out.update({"wall_s": round(time.perf_counter() - t_start, 1), "threads": torch.get_num_threads(),
+                "cpu_bf16": cpu_has_bf16(),
                 "loadavg_start": [round(x, 2) for x in load_start],
-                "loadavg_train_end": [round(x, 2) for x in load_train_end],
-                "overrides": {**model_over, **train_over}, "seed": args.seed,
-                "torch": torch.__version__})
+                "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+                "overrides": {**model_over, **train_over}, "torch": torch.__version__})
     print(json.dumps(out))
     if args.save:
         save_result(out, args.save)
