@@ -169,7 +169,7 @@ def lr_at(step: int, config: TrainConfig) -> float:
         cooldown = max(1, round(config.cooldown_fraction * config.max_steps))
         start = max(w, config.max_steps - cooldown)
         progress = min(1.0, max(0, s - start) / max(1, config.max_steps - start))
-        return config.lr + progress * (min_lr - config.lr)
+        return (1.0 - progress) * config.lr + progress * min_lr  # exactly lr, then exactly min_lr
     progress = min(1.0, (s - w) / max(1, config.max_steps - w))
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.lr - min_lr)
 
