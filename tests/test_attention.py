@@ -498,6 +498,21 @@ def test_sdpa_path_of_a_bf16_module_runs_in_float32(monkeypatch):
     torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
 
 
+@pytest.mark.parametrize("use_sdpa", [False, True])
+def test_float64_module_under_cpu_autocast_stays_float64(use_sdpa):
+    """Autocast does not touch float64 operations, so a float64 module computes as without it
+    (the float32 attention path is only for bf16 inputs)."""
+    torch.manual_seed(6)
+    m = MultiHeadAttention(32, 4, causal=True, num_kv_heads=2, use_sdpa=use_sdpa).double().eval()
+    x = torch.randn(2, 7, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        ref = m(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = m(x)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
 def test_transformer_under_cpu_bf16_autocast_trains():
     """A whole sdpa model under autocast: logits close to float32's, gradients reach the float32
     weights (the attention's float32 island is differentiable)."""
