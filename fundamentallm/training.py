@@ -309,7 +309,10 @@ class Trainer:
         t0 = time.perf_counter()
         lr = lr_at(self.step, c)
         for group in self.optimizer.param_groups:  # every group follows the schedule's shape
-            group["lr"] = group.get("peak_lr", c.lr) * lr / c.lr
+            peak = group.get("peak_lr", c.lr)
+            # subtle: c.lr * lr / c.lr is not always lr in floating point; a group at the base
+            # rate gets lr itself (the rate logged in history, and AdamW runs as before Muon)
+            group["lr"] = lr if peak == c.lr else peak * lr / c.lr
         # Every micro-batch is drawn first (the same draws, in the same order, as one at a time),
         # so the step's total number of real targets is known before the first backward pass.
         # subtle: every rank draws the same global batches, so each knows the global count.
