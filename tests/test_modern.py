@@ -327,6 +327,10 @@ def test_qk_norm_value_embeddings_cached_decoding_equals_full_pass(attn_impl):
                 outs.append(model(ids[:, start:start + n], kv_cache=cache)[0])
                 start += n
             torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-5, atol=1e-5)
+        maps = model.attention_maps(ids)  # the return_weights path runs with both options too
+        assert len(maps) == 2 and maps[0].shape == (3, 4, 24, 24)
+        torch.testing.assert_close(maps[1].sum(-1), torch.ones(3, 4, 24))
+        assert torch.equal(maps[0].triu(1), torch.zeros_like(maps[0]))
     prompt = ids[:, :5]
     with_cache = generate(model, prompt, 15, greedy=True, use_cache=True)
     without = generate(model, prompt, 15, greedy=True, use_cache=False)
