@@ -83,6 +83,8 @@ def _check_group(i: int, group: dict) -> None:
             raise ValueError(f"param group {i}: betas={betas!r} must be two numbers in [0, 1)")
         return
     number("momentum", 0.0, 1.0)
+    if not isinstance(group["nesterov"], bool):
+        raise ValueError(f"param group {i}: nesterov={group['nesterov']!r} must be True or False")
     ns_steps = group["ns_steps"]
     if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
         raise ValueError(f"param group {i}: ns_steps={ns_steps!r} must be an integer >= 1")

@@ -237,7 +237,7 @@ def test_a_vector_in_a_muon_group_is_refused():
 @pytest.mark.parametrize("name,value", [("lr", -0.1), ("lr", math.inf), ("lr", math.nan), ("lr", "0.02"),
                                         ("momentum", 1.0), ("momentum", -0.5), ("momentum", True),
                                         ("weight_decay", -1e-3), ("ns_steps", 0), ("ns_steps", 2.5),
-                                        ("ns_steps", True)])
+                                        ("ns_steps", True), ("nesterov", "yes"), ("nesterov", 1)])
 def test_bad_hyperparameters_are_named(name, value):
     w = torch.nn.Parameter(torch.zeros(4, 3))
     with pytest.raises(ValueError, match=f"{name}={value!r}"):
