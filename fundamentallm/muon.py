@@ -66,6 +66,35 @@ def muon_lr_scale(shape: torch.Size) -> float:
     return math.sqrt(max(1.0, shape[0] / shape[1]))
 
 
+def _check_group(i: int, group: dict) -> None:
+    """Raise ``ValueError`` naming the setting and its value, or the shape of a non-matrix in a
+    Muon group."""
+    def number(name, lo, hi):
+        value = group[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value < hi:
+            raise ValueError(f"param group {i}: {name}={value!r} must be a number in [{lo}, {hi})")
+
+    number("lr", 0.0, math.inf)
+    number("weight_decay", 0.0, math.inf)
+    if not group["use_muon"]:
+        number("eps", 0.0, math.inf)
+        betas = group["betas"]
+        if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"param group {i}: betas={betas!r} must be two numbers in [0, 1)")
+        return
+    number("momentum", 0.0, 1.0)
+    if not isinstance(group["nesterov"], bool):
+        raise ValueError(f"param group {i}: nesterov={group['nesterov']!r} must be True or False")
+    ns_steps = group["ns_steps"]
+    if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
+        raise ValueError(f"param group {i}: ns_steps={ns_steps!r} must be an integer >= 1")
+    for p in group["params"]:
+        if p.dim() != 2:
+            raise ValueError(f"param group {i}: Muon updates matrices only, got a parameter of "
+                             f"shape {tuple(p.shape)}; put vectors, embeddings and the output "
+                             f"layer in a group with use_muon=False (AdamW)")
+
+
 class Muon(torch.optim.Optimizer):
     """Muon for the matrices of groups with ``use_muon=True`` (the default); AdamW for the others.
 
@@ -79,29 +108,31 @@ class Muon(torch.optim.Optimizer):
 
     Matrices of the same shape (up to a transpose) are orthogonalised together in one batched
     product: at the course's sizes a step is many small products, and batching them saves most
-    of Muon's extra time. An AdamW group (``use_muon=False``) takes ``lr``, ``betas``, ``eps``
+    of Muon's extra time. The momentum equals ``torch.optim.Muon``'s bit for bit; the weights
+    most often too, but the batched bf16 products (``baddbmm``) now and then round differently
+    from torch's one-matrix ``addmm`` (about one Newton-Schulz call in 200, by a few bf16 ulps),
+    so compare with a tolerance, not ``torch.equal``. An AdamW group (``use_muon=False``) takes ``lr``, ``betas``, ``eps``
     and ``weight_decay`` and is updated exactly as by ``torch.optim.AdamW``.
     """
 
     def __init__(self, params: Iterable, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  weight_decay: float = 0.0, ns_steps: int = 5, betas: tuple[float, float] = (0.9, 0.95),
                  eps: float = 1e-8) -> None:
-        for name, value, lo, hi in (("lr", lr, 0.0, math.inf), ("momentum", momentum, 0.0, 1.0),
-                                    ("weight_decay", weight_decay, 0.0, math.inf)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value < hi:
-                raise ValueError(f"{name}={value!r} must be a number in [{lo}, {hi})")
-        if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
-            raise ValueError(f"ns_steps={ns_steps!r} must be an integer >= 1")
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                         ns_steps=ns_steps, betas=tuple(betas), eps=eps, use_muon=True)
-        super().__init__(params, defaults)
-        for i, group in enumerate(self.param_groups):
-            if group["use_muon"]:
-                for p in group["params"]:
-                    if p.dim() != 2:
-                        raise ValueError(f"param group {i}: Muon updates matrices only, got a parameter of "
-                                         f"shape {tuple(p.shape)}; put vectors, embeddings and the output "
-                                         f"layer in a group with use_muon=False (AdamW)")
+        super().__init__(params, defaults)  # checks every group through add_param_group
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group (the constructor adds each of its groups here too) after checking its
+        settings, its own as well as the defaults it inherits, and that a Muon group holds only
+        matrices."""
+        super().add_param_group(param_group)
+        i, group = len(self.param_groups) - 1, self.param_groups[-1]
+        try:
+            _check_group(i, group)
+        except ValueError:
+            self.param_groups.pop()  # leave the optimizer as it was
+            raise
 
     @torch.no_grad()
     def step(self, closure=None):

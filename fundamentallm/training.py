@@ -169,7 +169,7 @@ def lr_at(step: int, config: TrainConfig) -> float:
         cooldown = max(1, round(config.cooldown_fraction * config.max_steps))
         start = max(w, config.max_steps - cooldown)
         progress = min(1.0, max(0, s - start) / max(1, config.max_steps - start))
-        return config.lr + progress * (min_lr - config.lr)
+        return (1.0 - progress) * config.lr + progress * min_lr  # exactly lr, then exactly min_lr
     progress = min(1.0, (s - w) / max(1, config.max_steps - w))
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.lr - min_lr)
 
@@ -309,7 +309,10 @@ class Trainer:
         t0 = time.perf_counter()
         lr = lr_at(self.step, c)
         for group in self.optimizer.param_groups:  # every group follows the schedule's shape
-            group["lr"] = group.get("peak_lr", c.lr) * lr / c.lr
+            peak = group.get("peak_lr", c.lr)
+            # subtle: c.lr * lr / c.lr is not always lr in floating point; a group at the base
+            # rate gets lr itself (the rate logged in history, and AdamW runs as before Muon)
+            group["lr"] = lr if peak == c.lr else peak * lr / c.lr
         # Every micro-batch is drawn first (the same draws, in the same order, as one at a time),
         # so the step's total number of real targets is known before the first backward pass.
         # subtle: every rank draws the same global batches, so each knows the global count.

@@ -446,3 +446,84 @@ def test_mha_input_and_mask_errors():
     for d_model, heads in ((32, 3), (32, 0), (30, 4)):
         with pytest.raises(ValueError, match="num_heads"):
             MultiHeadAttention(d_model, heads)
+
+
+# --- Issue 18: CPU bf16 autocast runs the fused attention in float32 ----------------------------
+
+def _spy_sdpa(monkeypatch):
+    """Record the dtypes F.scaled_dot_product_attention receives."""
+    seen, real = [], F.scaled_dot_product_attention
+
+    def spy(q, k, v, *args, **kwargs):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    return seen
+
+
+@pytest.mark.parametrize("use_sdpa", [False, True])
+@pytest.mark.parametrize("kv,padded", [(4, False), (2, True)])
+def test_mha_under_cpu_bf16_autocast_stays_close_to_float32(monkeypatch, use_sdpa, kv, padded):
+    """Under CPU autocast the SDPA path runs the attention itself in float32 (its inputs are
+    cast up) and hands bf16 on; both paths stay within bf16 rounding of the float32 module."""
+    torch.manual_seed(0)
+    m = MultiHeadAttention(32, 4, causal=True, num_kv_heads=kv, use_sdpa=use_sdpa,
+                           rope=RotaryEmbedding(8, 16)).eval()
+    x = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(1))
+    mask = padding_mask(torch.tensor([[1] * 9, [1] * 6 + [0] * 3])) if padded else None
+    with torch.no_grad():
+        ref = m(x, mask=mask)
+        seen = _spy_sdpa(monkeypatch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = m(x, mask=mask)
+    assert out.dtype == torch.bfloat16 and ref.dtype == torch.float32
+    torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
+    assert (out.float() - ref).abs().max() > 0  # bf16 really ran (the projections)
+    assert seen == ([(torch.float32,) * 3] if use_sdpa else [])
+
+
+def test_sdpa_path_of_a_bf16_module_runs_in_float32(monkeypatch):
+    """A module whose weights are bf16 (no autocast) also gets float32 fused attention on the
+    CPU and a bf16 result."""
+    torch.manual_seed(2)
+    m = MultiHeadAttention(32, 4, causal=True, use_sdpa=True).eval()
+    x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ref = m(x)
+        m = m.to(torch.bfloat16)
+        seen = _spy_sdpa(monkeypatch)
+        out = m(x.bfloat16())
+    assert out.dtype == torch.bfloat16 and seen == [(torch.float32,) * 3]
+    torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("use_sdpa", [False, True])
+def test_float64_module_under_cpu_autocast_stays_float64(use_sdpa):
+    """Autocast does not touch float64 operations, so a float64 module computes as without it
+    (the float32 attention path is only for bf16 inputs)."""
+    torch.manual_seed(6)
+    m = MultiHeadAttention(32, 4, causal=True, num_kv_heads=2, use_sdpa=use_sdpa).double().eval()
+    x = torch.randn(2, 7, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        ref = m(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = m(x)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_transformer_under_cpu_bf16_autocast_trains():
+    """A whole sdpa model under autocast: logits close to float32's, gradients reach the float32
+    weights (the attention's float32 island is differentiable)."""
+    torch.manual_seed(4)
+    model = Transformer(TransformerConfig(vocab_size=16, d_model=32, num_heads=2, num_layers=2, max_seq_len=16,
+                                          attn_impl="sdpa", norm="rmsnorm", pos_encoding="rope", qk_norm=True))
+    ids = torch.randint(16, (3, 16), generator=torch.Generator().manual_seed(5))
+    ref_loss = model(ids, ids)[1]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(ids, ids)[1]
+    assert abs(loss.item() - ref_loss.item()) < 0.05 * ref_loss.item()
+    loss.backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all()
+               for p in model.parameters())

@@ -57,7 +57,7 @@ def test_choice_fields_accept_every_allowed_value(field):
         assert getattr(cfg, field) == value
 
 
-@pytest.mark.parametrize("field", ["bias", "tie_weights", "causal"])
+@pytest.mark.parametrize("field", ["bias", "tie_weights", "causal", "qk_norm", "value_embeddings"])
 @pytest.mark.parametrize("value", [0, 1, "True", None, 1.0])
 def test_bool_fields_reject_non_bools(field, value):
     with pytest.raises(ValueError) as err:
@@ -111,6 +111,7 @@ def test_rope_odd_head_dim_message():
 def test_defaults_valid_and_head_dim():
     cfg = TransformerConfig()
     assert cfg.head_dim * cfg.num_heads == cfg.d_model
+    assert cfg.qk_norm is False and cfg.value_embeddings is False  # the new options are opt-in
     assert cfg.d_ff is None and cfg.ff_dim == 4 * cfg.d_model
 
 
@@ -118,8 +119,9 @@ def test_defaults_valid_and_head_dim():
 def test_ff_dim_rules(d_model):
     gelu = TransformerConfig(d_model=d_model, num_heads=4, activation="gelu")
     relu = TransformerConfig(d_model=d_model, num_heads=4, activation="relu")
+    relu2 = TransformerConfig(d_model=d_model, num_heads=4, activation="relu2")
     swiglu = TransformerConfig(d_model=d_model, num_heads=4, activation="swiglu")
-    assert gelu.ff_dim == relu.ff_dim == 4 * d_model
+    assert gelu.ff_dim == relu.ff_dim == relu2.ff_dim == 4 * d_model
     # 8/3 d_model rounded UP to a multiple of 8 (independent computation with exact rationals)
     expected = 8 * math.ceil(8 * d_model / 3 / 8)
     assert swiglu.ff_dim == expected
@@ -170,3 +172,13 @@ def test_from_dict_round_trip_and_unknown_keys():
 def test_from_dict_validates_values():
     with pytest.raises(ValueError, match="dropout"):
         TransformerConfig.from_dict({"dropout": 2.0})
+
+
+def test_new_options_round_trip_and_value_embeddings_need_causal():
+    cfg = TransformerConfig(vocab_size=50, d_model=32, num_heads=4, activation="relu2", qk_norm=True,
+                            value_embeddings=True)
+    assert TransformerConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError) as err:
+        TransformerConfig(value_embeddings=True, causal=False)
+    assert "value_embeddings=True" in str(err.value) and "causal=True" in str(err.value)
+    assert TransformerConfig(qk_norm=True, causal=False).qk_norm  # QK-norm works in an encoder too

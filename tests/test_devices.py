@@ -1,5 +1,5 @@
 """The GPU code paths, exercised on a CPU-only machine: the device switch reaches the Trainer,
-and the Trainer's autocast path (bf16 on CUDA) runs, here with CPU autocast."""
+and the Trainer's autocast path (bf16 on CUDA) runs, here with the CPU's opt-in bf16 autocast."""
 
 import math
 
@@ -27,17 +27,17 @@ def test_trainer_follows_the_device_switch(monkeypatch):
                                                                   progress=False))
     assert trainer.device == torch.device("meta")
     assert all(p.device.type == "meta" for p in trainer.model.parameters())
-    assert trainer.amp_dtype is None  # mixed precision is for CUDA only
+    assert trainer.amp_dtype is None  # "auto": mixed precision on CUDA only
 
 
-@pytest.mark.parametrize("amp_dtype", [torch.bfloat16])
-def test_trainer_autocast_path_on_cpu(amp_dtype):
-    """The Trainer's mixed-precision branch (what a CUDA runtime takes by default) trains: losses
-    stay finite, weights stay float32, and the curve stays within bf16 rounding of float32's."""
+def test_cpu_bf16_autocast_through_the_config():
+    """mixed_precision="bf16" is opt-in on the CPU (the branch a CUDA runtime takes by default):
+    losses stay finite, weights stay float32, and the curve stays within bf16 rounding of
+    float32's."""
     cfg = dict(max_steps=8, batch_size=4, warmup_steps=2, lr=3e-3, progress=False, device="cpu", seed=0)
     full = Trainer(_model(), _data(), config=TrainConfig(**cfg)).fit()
-    mixed = Trainer(_model(), _data(), config=TrainConfig(**cfg))
-    mixed.amp_dtype = amp_dtype  # what _resolve_precision returns on a bf16-capable GPU
+    mixed = Trainer(_model(), _data(), config=TrainConfig(mixed_precision="bf16", **cfg))
+    assert mixed.amp_dtype == torch.bfloat16 and mixed.scaler is None
     history = mixed.fit()
     assert all(math.isfinite(v) for v in history["train_loss"])
     assert all(p.dtype == torch.float32 for p in mixed.model.parameters())
@@ -45,7 +45,29 @@ def test_trainer_autocast_path_on_cpu(amp_dtype):
     for a, b in zip(full["train_loss"], history["train_loss"]):
         assert abs(a - b) <= 0.05 * abs(a), (full["train_loss"], history["train_loss"])
     assert history["train_loss"] != full["train_loss"]  # the autocast path really ran
+    # "auto" and "off" stay float32 on the CPU
+    for mode in ("auto", "off"):
+        assert Trainer(_model(), _data(), config=TrainConfig(mixed_precision=mode, **cfg)).amp_dtype is None
 
+
+def test_cpu_bf16_autocast_with_muon_and_sdpa():
+    """The record's recipe: Muon, SDPA attention (run in float32 under CPU autocast) and bf16."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=16, d_model=32, num_heads=2, num_layers=1, max_seq_len=16,
+                                          attn_impl="sdpa", qk_norm=True))
+    cfg = TrainConfig(max_steps=4, batch_size=4, warmup_steps=1, progress=False, device="cpu",
+                      mixed_precision="bf16", optimizer="muon")
+    history = Trainer(model, _data(), config=cfg).fit()
+    assert all(math.isfinite(v) for v in history["train_loss"])
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_fp16_needs_cuda_and_bf16_needs_cuda_or_cpu(monkeypatch):
+    with pytest.raises(ValueError, match="mixed_precision='fp16' needs a CUDA device.*'cpu'"):
+        Trainer(_model(), _data(), config=TrainConfig(mixed_precision="fp16", device="cpu", progress=False))
+    monkeypatch.setenv("FUNDAMENTALLM_DEVICE", "meta")
+    with pytest.raises(ValueError, match="mixed_precision='bf16' is supported on 'cuda' and 'cpu'.*'meta'"):
+        Trainer(_model(), _data(), config=TrainConfig(mixed_precision="bf16", progress=False))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the branch is device-keyed)")

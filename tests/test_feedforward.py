@@ -1,4 +1,4 @@
-"""FeedForward: GELU (tanh, as GPT-2), ReLU and SwiGLU equal independent functional formulas."""
+"""FeedForward: GELU (tanh, as GPT-2), ReLU, ReLU² and SwiGLU equal independent functional formulas."""
 
 import math
 
@@ -35,7 +35,8 @@ TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12
 @pytest.mark.parametrize("shape", [(5, 16), (2, 7, 16), (2, 3, 4, 16)], ids=str)
 def test_gelu_relu_match_formula(dtype, bias, shape):
     x = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(1))
-    for act, fn in (("gelu", _gelu_tanh), ("relu", lambda h: h.clamp(min=0))):
+    for act, fn in (("gelu", _gelu_tanh), ("relu", lambda h: h.clamp(min=0)),
+                    ("relu2", lambda h: h.clamp(min=0) * h.clamp(min=0))):  # Primer's squared ReLU
         ff = _ff(0, dtype, d_model=16, d_ff=40, activation=act, bias=bias)
         ref = _linear(fn(_linear(x, ff.up.weight, ff.up.bias)), ff.down.weight, ff.down.bias)
         torch.testing.assert_close(ff(x), ref, **TOL[dtype])
@@ -66,8 +67,20 @@ def test_gelu_is_the_tanh_approximation_not_erf():
     assert (y - erf).abs().max() > 1e-5  # the two GELUs differ: we use GPT-2's
 
 
+def test_relu2_is_the_square_of_relu():
+    x = torch.linspace(-3, 3, 61, dtype=torch.float64)
+    ff = _ff(0, torch.float64, d_model=1, d_ff=1, activation="relu2", bias=False)
+    with torch.no_grad():
+        ff.up.weight.fill_(1.0)
+        ff.down.weight.fill_(1.0)
+    y = ff(x[:, None])[:, 0]
+    assert torch.equal(y[x <= 0], torch.zeros_like(y[x <= 0]))
+    torch.testing.assert_close(y[x > 0], x[x > 0] ** 2, rtol=1e-15, atol=0)
+
+
 def test_parameter_counts():
     d, f = 16, 40
+    assert sum(p.numel() for p in FeedForward(d, f, "relu2").parameters()) == 2 * d * f + f + d
     assert sum(p.numel() for p in FeedForward(d, f, "gelu").parameters()) == 2 * d * f + f + d
     assert sum(p.numel() for p in FeedForward(d, f, "swiglu", bias=False).parameters()) == 3 * d * f
 

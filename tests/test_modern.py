@@ -1,5 +1,6 @@
 """The modern-decoder options: grouped-query attention, sliding window, RoPE scaling, Q/K/V bias,
-mixture of experts -- each checked against a written-out reference and its invalid values."""
+mixture of experts, QK-norm, value embeddings -- each checked against a written-out reference
+and its invalid values."""
 
 import math
 
@@ -214,3 +215,154 @@ def test_modern_config_checkpoint_roundtrip(tmp_path):
     load_checkpoint(tmp_path / "ckpt", model=other)
     ids = torch.randint(0, 31, (2, 10), generator=torch.Generator().manual_seed(8))
     torch.testing.assert_close(other(ids)[0], model(ids)[0])
+
+
+# --- Issue 18: QK-norm, value embeddings, ReLU² -----------------------------------------------------
+
+def _rms(t, gain, eps):
+    return t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + eps) * gain
+
+
+def _rope(t, base=10000.0):
+    """Half-rotation RoPE written out: channel i pairs with i + D/2, angle pos · base^(-2i/D)."""
+    T, D = t.shape[-2], t.shape[-1]
+    inv = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = torch.outer(torch.arange(T, dtype=torch.float64), inv).float()  # (T, D/2)
+    cos, sin = ang.cos(), ang.sin()
+    x1, x2 = t[..., :D // 2], t[..., D // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def _attend(q, k, v, groups):
+    """Causal softmax attention, query head h reading key/value head h // groups."""
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    scores = q @ k.mT / math.sqrt(q.shape[-1])
+    T = q.shape[-2]
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("use_sdpa", [False, True])
+@pytest.mark.parametrize("with_ve", [False, True])
+def test_qk_norm_and_value_embeds_equal_written_out_attention(use_sdpa, with_ve):
+    """QK-norm: an RMSNorm (its own gain per channel) on every head's q and k, before RoPE;
+    value embeddings: (B, T, H_kv·D) added to the values, split into the key/value heads."""
+    torch.manual_seed(9)
+    m = MultiHeadAttention(32, 4, causal=True, num_kv_heads=2, qk_norm=True, norm_eps=1e-5,
+                           rope=RotaryEmbedding(8, 16), use_sdpa=use_sdpa).eval()
+    with torch.no_grad():  # gains away from 1, different for q and k
+        m.q_norm.weight.uniform_(0.5, 2.0)
+        m.k_norm.weight.uniform_(0.5, 2.0)
+    assert m.q_norm.weight.shape == m.k_norm.weight.shape == (8,)
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(2, 9, 32, generator=g)
+    ve = torch.randn(2, 9, 16, generator=g) if with_ve else None
+    with torch.no_grad():
+        wq, wk, wv = m.qkv.weight.split([32, 16, 16])
+        bq, bk, bv = m.qkv.bias.split([32, 16, 16])
+        q = (x @ wq.T + bq).view(2, 9, 4, 8).transpose(1, 2)
+        k = (x @ wk.T + bk).view(2, 9, 2, 8).transpose(1, 2)
+        v = (x @ wv.T + bv + (ve if with_ve else 0)).view(2, 9, 2, 8).transpose(1, 2)
+        q = _rope(_rms(q, m.q_norm.weight, 1e-5))
+        k = _rope(_rms(k, m.k_norm.weight, 1e-5))
+        y = _attend(q, k, v, 2).transpose(1, 2).reshape(2, 9, 32)
+        ref = y @ m.out_proj.weight.T + m.out_proj.bias
+        torch.testing.assert_close(m(x, value_embeds=ve), ref, rtol=1e-5, atol=1e-5)
+    plain = MultiHeadAttention(32, 4, causal=True, num_kv_heads=2, rope=RotaryEmbedding(8, 16)).eval()
+    plain.load_state_dict({k: v for k, v in m.state_dict().items() if "_norm" not in k})
+    assert not torch.allclose(plain(x), m(x))  # the norm changes the output
+    assert plain.q_norm is None and sum(p.numel() for p in m.parameters()) - sum(
+        p.numel() for p in plain.parameters()) == 16
+
+
+def test_value_embeddings_in_the_model():
+    """One nn.Embedding(vocab, H_kv·D) per layer; with those tables at zero the model computes
+    exactly what the same weights without value embeddings compute."""
+    torch.manual_seed(11)
+    cfg = _cfg(num_kv_heads=2, value_embeddings=True)
+    model = Transformer(cfg).eval()
+    assert len(model.value_embeds) == 2
+    assert all(isinstance(e, torch.nn.Embedding) and e.weight.shape == (31, 16) for e in model.value_embeds)
+    plain = Transformer(_cfg(num_kv_heads=2)).eval()
+    assert plain.value_embeds is None
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("value_embeds")})
+    ids = torch.randint(0, 31, (2, 12), generator=torch.Generator().manual_seed(12))
+    with torch.no_grad():
+        assert not torch.allclose(model(ids)[0], plain(ids)[0])
+        for e in model.value_embeds:
+            e.weight.zero_()
+        torch.testing.assert_close(model(ids)[0], plain(ids)[0], rtol=0, atol=0)
+    # and every table is trained
+    model(ids, ids)[1].backward()
+    assert all(e.weight.grad is not None and e.weight.grad.abs().sum() > 0 for e in model.value_embeds)
+
+
+def test_qk_norm_and_value_embeddings_parameter_counts():
+    base = Transformer(_cfg(num_kv_heads=2)).num_parameters()
+    L, D, kv, V = 2, 8, 2, 31
+    assert Transformer(_cfg(num_kv_heads=2, qk_norm=True)).num_parameters() == base + L * 2 * D
+    assert Transformer(_cfg(num_kv_heads=2, value_embeddings=True)).num_parameters() == base + L * V * kv * D
+    both = Transformer(_cfg(num_kv_heads=2, qk_norm=True, value_embeddings=True))
+    assert both.num_parameters() == base + L * 2 * D + L * V * kv * D
+
+
+@pytest.mark.parametrize("attn_impl", ["explicit", "sdpa"])
+def test_qk_norm_value_embeddings_cached_decoding_equals_full_pass(attn_impl):
+    from fundamentallm.generation import generate
+
+    torch.manual_seed(13)
+    model = Transformer(_cfg(num_kv_heads=2, qk_norm=True, value_embeddings=True, attn_impl=attn_impl,
+                             activation="relu2", tie_weights=False)).eval()
+    with torch.no_grad():  # non-trivial gains and value tables
+        for name, p in model.named_parameters():
+            if "_norm" in name:
+                p.uniform_(0.5, 2.0)
+    ids = torch.randint(0, 31, (3, 24), generator=torch.Generator().manual_seed(14))
+    with torch.no_grad():
+        full, _ = model(ids)
+        for chunks in ([1] * 24, [7, 1, 9, 7]):
+            cache = model.make_kv_cache(3)
+            outs, start = [], 0
+            for n in chunks:
+                outs.append(model(ids[:, start:start + n], kv_cache=cache)[0])
+                start += n
+            torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-5, atol=1e-5)
+        maps = model.attention_maps(ids)  # the return_weights path runs with both options too
+        assert len(maps) == 2 and maps[0].shape == (3, 4, 24, 24)
+        torch.testing.assert_close(maps[1].sum(-1), torch.ones(3, 4, 24))
+        assert torch.equal(maps[0].triu(1), torch.zeros_like(maps[0]))
+    prompt = ids[:, :5]
+    with_cache = generate(model, prompt, 15, greedy=True, use_cache=True)
+    without = generate(model, prompt, 15, greedy=True, use_cache=False)
+    assert with_cache.shape == (3, 20) and torch.equal(with_cache, without)
+
+
+def test_qk_norm_value_embeddings_relu2_checkpoint_roundtrip(tmp_path):
+    from fundamentallm import load_checkpoint, save_checkpoint
+
+    cfg = _cfg(num_kv_heads=2, qk_norm=True, value_embeddings=True, activation="relu2", tie_weights=False)
+    assert cfg.ff_dim == 4 * 32  # ReLU² keeps the 4·d_model default
+    torch.manual_seed(15)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        model.blocks[0].attn.q_norm.weight.fill_(1.5)
+    save_checkpoint(tmp_path / "ckpt", model, config=cfg)
+    loaded = load_checkpoint(tmp_path / "ckpt")
+    assert loaded.config == cfg and loaded.config.qk_norm and loaded.config.value_embeddings
+    assert loaded.config.activation == "relu2"
+    assert torch.equal(loaded.model.blocks[0].attn.q_norm.weight, model.blocks[0].attn.q_norm.weight)
+    assert torch.equal(loaded.model.value_embeds[1].weight, model.value_embeds[1].weight)
+    ids = torch.randint(0, 31, (2, 10), generator=torch.Generator().manual_seed(16))
+    torch.testing.assert_close(loaded.model.eval()(ids)[0], model(ids)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kw,word", [
+    (dict(qk_norm=1), "qk_norm"),
+    (dict(qk_norm="yes"), "qk_norm"),
+    (dict(value_embeddings=None), "value_embeddings"),
+    (dict(value_embeddings=True, causal=False), "causal=True"),
+])
+def test_invalid_qk_norm_and_value_embeddings(kw, word):
+    with pytest.raises(ValueError) as err:
+        _cfg(**kw)
+    assert word in str(err.value)

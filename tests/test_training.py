@@ -263,3 +263,151 @@ def test_warmup_longer_than_training_and_negative_steps_are_rejected():
     with pytest.raises(TypeError, match="on_step must be callable"):
         t.fit(on_step=3)
     assert t.step == 0
+
+
+# --- Issue 18: Muon, warmup-stable-decay, per-group peak rates ------------------------------------
+
+def test_wsd_schedule_known_values():
+    """Warmup 10, flat at lr, then the last 20% (22 of 110 steps) decay linearly to min_lr."""
+    c = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=110, schedule="wsd")
+    assert lr_at(0, c) == pytest.approx(0.1) and lr_at(4, c) == pytest.approx(0.5)
+    assert [lr_at(s, c) for s in (9, 10, 50, 87)] == [1.0] * 4  # the stable phase is exactly lr
+    assert lr_at(88, c) == pytest.approx(1.0 - 0.9 / 22)  # the first decay step
+    assert lr_at(98, c) == pytest.approx(0.55)  # halfway through the cooldown
+    assert lr_at(109, c) == 0.1 and lr_at(500, c) == 0.1  # exactly min_lr at the last step
+    rates = [lr_at(s, c) for s in range(87, 110)]
+    steps = [b - a for a, b in zip(rates, rates[1:])]
+    assert steps == pytest.approx([-0.9 / 22] * 22)  # linear: equal decrements
+    # min_lr=None means lr / 10; another fraction moves the start of the decay
+    half = TrainConfig(lr=2.0, warmup_steps=0, max_steps=10, schedule="wsd", cooldown_fraction=0.5)
+    assert [lr_at(s, half) for s in range(10)] == pytest.approx(
+        [2.0] * 5 + [2.0 - 1.8 * k / 5 for k in range(1, 6)])
+
+
+def test_wsd_cooldown_never_starts_inside_the_warmup():
+    c = TrainConfig(lr=1.0, min_lr=0.0, warmup_steps=8, max_steps=10, schedule="wsd", cooldown_fraction=0.5)
+    rates = [lr_at(s, c) for s in range(10)]
+    assert rates[:8] == pytest.approx([(s + 1) / 8 for s in range(8)])
+    assert rates[8:] == pytest.approx([0.5, 0.0])
+
+
+@pytest.mark.parametrize("field,value", [("optimizer", "sgd"), ("optimizer", "Muon"), ("optimizer", None),
+                                         ("muon_lr", 0), ("muon_lr", -0.02), ("muon_lr", math.inf),
+                                         ("muon_momentum", 1.0), ("muon_momentum", -0.1), ("muon_momentum", True),
+                                         ("cooldown_fraction", 1.0), ("cooldown_fraction", -0.2),
+                                         ("cooldown_fraction", "0.2")])
+def test_muon_and_wsd_fields_are_validated(field, value):
+    with pytest.raises(ValueError) as err:
+        TrainConfig(**{field: value})
+    assert f"{field}={value!r}" in str(err.value)
+    if field == "optimizer":
+        assert "'adamw'" in str(err.value) and "'muon'" in str(err.value)
+
+
+def test_schedule_error_lists_wsd():
+    with pytest.raises(ValueError, match="'wsd'"):
+        TrainConfig(schedule="linear")
+    assert TrainConfig(schedule="wsd", optimizer="muon").optimizer == "muon"
+
+
+MUON_MODELS = {
+    "tied": dict(),
+    "modern": dict(norm="rmsnorm", pos_encoding="rope", activation="swiglu", tie_weights=False, qk_norm=True,
+                   value_embeddings=True, num_kv_heads=1, num_layers=2),
+    "relu2-learned": dict(activation="relu2", pos_encoding="learned", qkv_bias=False, bias=True),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MUON_MODELS))
+def test_muon_optimizer_groups(kind):
+    """Muon gets exactly the hidden nn.Linear weights (attention and feed-forward matrices); the
+    embeddings (token, position, value), the output layer, the norm gains and the biases go to
+    AdamW; every parameter appears exactly once."""
+    model = tiny_model(**MUON_MODELS[kind])
+    opt = make_optimizer(model, TrainConfig(optimizer="muon", weight_decay=0.1, lr=2e-3, muon_lr=0.04,
+                                            muon_momentum=0.9, betas=(0.8, 0.99), eps=1e-7))
+    muon, decay, no_decay = opt.param_groups
+    names = {id(p): n for n, p in model.named_parameters()}
+    expected = {n for n, p in model.named_parameters()
+                if p.dim() == 2 and (".attn." in n or ".ff." in n) and n.endswith("weight")}
+    assert {names[id(p)] for p in muon["params"]} == expected and expected
+    assert muon["use_muon"] and (muon["lr"], muon["peak_lr"], muon["momentum"]) == (0.04, 0.04, 0.9)
+    assert muon["weight_decay"] == 0.0
+    for group, wd in ((decay, 0.1), (no_decay, 0.0)):
+        assert not group["use_muon"] and group["weight_decay"] == wd
+        assert (group["lr"], group["peak_lr"], group["betas"], group["eps"]) == (2e-3, 2e-3, (0.8, 0.99), 1e-7)
+    assert all(p.dim() == 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    in_decay = {names[id(p)] for p in decay["params"]}
+    assert "token_embedding.weight" in in_decay
+    if kind == "modern":
+        assert {"lm_head.weight", "value_embeds.0.weight", "value_embeds.1.weight"} <= in_decay
+        assert {"blocks.0.attn.q_norm.weight", "blocks.1.attn.k_norm.weight"} <= {
+            names[id(p)] for p in no_decay["params"]}
+    if kind == "relu2-learned":
+        assert "pos_encoding.weight" in in_decay
+    ids = [id(p) for g in opt.param_groups for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))  # nothing twice, nothing missing
+
+
+def test_muon_groups_of_a_classifier_leave_the_head_to_adamw():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=20, d_model=32, num_heads=2, num_layers=1, max_seq_len=16, causal=False)
+    model = TransformerClassifier(cfg, num_classes=5)
+    muon, decay, _ = make_optimizer(model, TrainConfig(optimizer="muon")).param_groups
+    assert any(p is model.head.weight for p in decay["params"])
+    assert not any(p is model.head.weight for p in muon["params"])
+    assert len(muon["params"]) == 4  # qkv, out_proj, up, down
+
+
+def test_muon_parameters_skips_frozen_and_tied_linears():
+    from fundamentallm.training import muon_parameters
+
+    model = tiny_model()  # tied: lm_head.weight is token_embedding.weight
+    model.blocks[0].ff.up.weight.requires_grad_(False)
+    found = muon_parameters(model)
+    assert all(p is not model.blocks[0].ff.up.weight and p is not model.lm_head.weight for p in found)
+    assert len(found) == 3  # qkv, out_proj, down
+    opt = make_optimizer(model, TrainConfig(optimizer="muon"))
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters())) - 1
+
+
+def test_every_group_follows_the_schedule_from_its_own_peak():
+    c = config(optimizer="muon", muon_lr=0.05, lr=4e-3, max_steps=6, warmup_steps=2)
+    t = Trainer(tiny_model(), stream(), None, c)
+    for step in range(6):
+        metrics = t.train_step()
+        factor = lr_at(step, c) / c.lr
+        assert metrics["lr"] == pytest.approx(lr_at(step, c))
+        muon, decay, no_decay = t.optimizer.param_groups
+        assert muon["lr"] == pytest.approx(0.05 * factor)
+        assert decay["lr"] == pytest.approx(4e-3 * factor) and no_decay["lr"] == pytest.approx(4e-3 * factor)
+    assert factor < 0.2  # the cosine really moved them
+    # groups at the base rate get the schedule's value itself, not lr * factor / lr (which can
+    # differ in the last bit: 3e-3 * x / 3e-3 != x at steps 10, 13, 19, 24, 25 and 28 of these)
+    c = config(max_steps=100, warmup_steps=10, lr=3e-3, batch_size=1)
+    adamw = Trainer(tiny_model(), stream(), None, c)
+    muon = Trainer(tiny_model(), stream(), None, config(max_steps=100, warmup_steps=10, lr=3e-3, batch_size=1,
+                                                        optimizer="muon"))
+    for step in range(8, 30):
+        for t in (adamw, muon):
+            t.step = step  # the rates are set at the start of train_step, from self.step
+            t.train_step()
+        assert [g["lr"] for g in adamw.optimizer.param_groups] == [lr_at(step, c)] * 2
+        assert [g["lr"] for g in muon.optimizer.param_groups[1:]] == [lr_at(step, c)] * 2
+
+
+def test_muon_trainer_learns_and_is_deterministic():
+    ids = torch.arange(3000) % 8  # a periodic stream: perfectly predictable
+    c = config(max_steps=30, optimizer="muon", muon_lr=0.02, lr=1e-2, schedule="wsd")
+    runs = []
+    for _ in range(2):
+        trainer = Trainer(tiny_model(dropout=0.1), ids, ids[:500], c)
+        before = trainer.evaluate()["val_loss"]
+        history = trainer.fit()
+        runs.append((history, [p.detach().clone() for p in trainer.model.parameters()]))
+    (h1, p1), (h2, p2) = runs
+    assert h1["val_loss"][-1] < before / 3
+    for key in ("step", "lr", "train_loss", "grad_norm", "tokens_seen", "val_loss"):
+        assert h1[key] == h2[key], key
+    assert all(torch.equal(a, b) for a, b in zip(p1, p2))
+    assert h1["lr"][-1] == pytest.approx(1e-3)  # wsd ends exactly at min_lr = lr / 10
