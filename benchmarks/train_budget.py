@@ -85,8 +85,8 @@ def build_trainer(recipe_name: str, vocab_size: int, train_ids, val_ids, args,
     recipe = RECIPES[recipe_name]
     torch.manual_seed(args.seed)
     try:
-        config = TransformerConfig(vocab_size=vocab_size, max_seq_len=BLOCK, dropout=0.0,
-                                   **{**recipe["model"], **model_over})
+        config = TransformerConfig(**{"vocab_size": vocab_size, "max_seq_len": BLOCK, "dropout": 0.0,
+                                      **recipe["model"], **model_over})
     except (TypeError, ValueError) as err:
         raise SystemExit(f"--set: {err}") from None
     model = Transformer(config)
