@@ -48,7 +48,8 @@ def _toc_entries() -> list[str]:
     return re.findall(r"^\s*(?:-\s*)?(?:file|root):\s*(\S+)\s*$", (ROOT / "_toc.yml").read_text(), flags=re.M)
 
 
-CHAPTERS = [e for e in _toc_entries() if (ROOT / f"{e}.ipynb").exists()]
+# the numbered chapters (the appendix, book/records, has no number, math section or Colab edition)
+CHAPTERS = [e for e in _toc_entries() if re.match(r"book/\d\d_", e) and (ROOT / f"{e}.ipynb").exists()]
 # Chapters with interactive figures (fundamentallm.interactive) and how many each has at least.
 EXPLORERS = {"book/03_multi_head_attention": 1, "book/04_positions": 1, "book/09_training": 1,
              "book/10_sampling": 1}

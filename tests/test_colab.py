@@ -154,6 +154,25 @@ def test_colab_button_opens_the_edition():
     assert buttons[0]["url"].endswith("book/02_x.ipynb")  # Binder opens the MyST source in JupyterLab
 
 
+def test_appendix_pages_are_not_in_the_edition(tmp_path):
+    """A toc notebook not named NN_name (the appendix, book/records) gets no Colab copy, and its
+    Colab button keeps pointing at the book's notebook."""
+    root = tmp_path / "repo"
+    (root / "book").mkdir(parents=True)
+    shutil.copy(ROOT / "book" / "references.bib", root / "book")
+    shutil.copy(ROOT / "book" / "01_why_attention.ipynb", root / "book")
+    shutil.copy(ROOT / "book" / "01_why_attention.ipynb", root / "book" / "records.ipynb")
+    shutil.copytree(ROOT / "book" / "images", root / "book" / "images")
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nparts:\n  - caption: A\n    numbered: true\n"
+                                   "    chapters:\n      - file: book/01_why_attention\n  - caption: Appendix\n"
+                                   "    chapters:\n      - file: book/records\n")
+    assert sorted(render_edition(root)) == ["01_why_attention.ipynb"]
+    url = "https://colab.research.google.com/github/o/r/blob/main/book/records.ipynb"
+    context = {"header_buttons": [{"buttons": [{"text": "Colab", "url": url}]}]}
+    _colab_button(None, "book/records", "page.html", context, None)
+    assert context["header_buttons"][0]["buttons"][0]["url"] == url
+
+
 def test_config_lists_the_extension():
     assert "fundamentallm.course.colab" in (ROOT / "_config.yml").read_text()
 

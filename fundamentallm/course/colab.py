@@ -2,7 +2,8 @@
 
 Colab and classic Jupyter render none of MyST, so the book's notebooks show raw ``{eq}`` and
 ``{cite}`` roles, ``:::{exercise}`` fences and ``$$ ... $$ (label)`` there. This module writes a
-copy of each chapter that renders everywhere, numbered exactly as the Jupyter Book pages are:
+copy of each chapter (``NN_name``; not the appendix pages) that renders everywhere, numbered
+exactly as the Jupyter Book pages are:
 
 * the title gets its chapter number (``# 2. Attention by hand``);
 * ``$$ ... $$ (label)`` becomes ``$$ ... \\tag{2.1} $$``, and ``{eq}`label``` becomes ``(2.1)``;
@@ -38,6 +39,7 @@ _ROLE = re.compile(r"\{([\w:-]+)\}`([^`]+)`")
 _LABELLED_EQ = re.compile(r"\$\$(?P<body>(?:(?!\$\$).)+?)\$\$[ \t]*\((?P<label>[\w:.-]+)\)", re.S)
 _LATEX = {r"{\L}": "Ł", r"{\l}": "ł", r'{\"o}': "ö", r'{\"u}': "ü", r'{\"a}': "ä", r"{\'e}": "é",
           r"{\'a}": "á", r"{\`e}": "è", r"{\c{c}}": "ç", r"{\ss}": "ß", r"\&": "&"}
+_CHAPTER_FILE = re.compile(r"\d\d_\w+")  # a chapter's file name, without .ipynb
 ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention", "danger",
                "error", "seealso", "admonition"}
 
@@ -309,9 +311,12 @@ def render_notebook(path: Path, targets: dict, bib: dict) -> dict:
 
 
 def _toc_chapters(root: Path) -> list[Path]:
+    """The chapter notebooks of the toc (``NN_name``); appendix pages are not in the edition
+    (book/records reads the repository's stored results, which a Colab copy does not have)."""
     toc = (root / "_toc.yml").read_text(encoding="utf-8")
     files = re.findall(r"^\s*-?\s*file:\s*(\S+)\s*$", toc, flags=re.M)
-    return [root / f"{f}.ipynb" for f in files if (root / f"{f}.ipynb").exists()]
+    return [root / f"{f}.ipynb" for f in files
+            if _CHAPTER_FILE.fullmatch(Path(f).name) and (root / f"{f}.ipynb").exists()]
 
 
 def render_edition(root: Path = Path(".")) -> dict[str, str]:
@@ -349,7 +354,8 @@ def _colab_button(app, pagename, templatename, context, doctree):
     """Point the launch menu's Colab link of a chapter at its Colab/Jupyter edition."""
     for group in context.get("header_buttons", []):
         for button in group.get("buttons", []) if isinstance(group, dict) else []:
-            if button.get("text") == "Colab" and pagename.startswith("book/"):
+            if button.get("text") == "Colab" and pagename.startswith("book/") \
+                    and _CHAPTER_FILE.fullmatch(pagename.rsplit("/", 1)[-1]):
                 button["url"] = re.sub(r"/blob/([^/]+)/(?:.*/)?book/([^/]+\.ipynb)$",
                                        rf"/blob/\1/{EDITION_DIR}/\2", button["url"])
 
