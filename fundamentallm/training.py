@@ -50,7 +50,8 @@ class TrainConfig:
     validation split. ``grad_clip=0`` disables clipping (the norm is still recorded).
 
     ``optimizer="muon"`` trains the hidden matrices with :class:`~fundamentallm.muon.Muon`
-    (peak rate ``muon_lr``, momentum ``muon_momentum``, no weight decay) and everything else with
+    (peak rate ``muon_lr``, momentum ``muon_momentum``, decoupled weight decay
+    ``muon_weight_decay``: ``W <- W·(1 - rate·muon_weight_decay)``) and everything else with
     AdamW as above; the schedule scales both rates by the same factor. ``schedule="wsd"``
     (warmup-stable-decay) holds ``lr`` after the warmup and decays linearly to ``min_lr`` over the
     last ``cooldown_fraction`` of the steps."""
@@ -80,6 +81,7 @@ class TrainConfig:
     optimizer: str = "adamw"
     muon_lr: float = 0.02
     muon_momentum: float = 0.95
+    muon_weight_decay: float = 0.0
     cooldown_fraction: float = 0.2
 
     def __post_init__(self) -> None:
@@ -118,6 +120,7 @@ class TrainConfig:
         if not isinstance(self.label_smoothing, float) or not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={self.label_smoothing!r} must be a float in [0, 1)")
         positive("muon_lr", self.muon_lr)
+        positive("muon_weight_decay", self.muon_weight_decay, zero_ok=True)
         for name in ("muon_momentum", "cooldown_fraction"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
@@ -201,7 +204,8 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
         hidden = {id(p) for p in muon_parameters(model)}
         rest = [p for p in params if id(p) not in hidden]
         groups = [{"params": [p for p in params if id(p) in hidden], "use_muon": True,
-                   "lr": config.muon_lr, "peak_lr": config.muon_lr, "momentum": config.muon_momentum},
+                   "lr": config.muon_lr, "peak_lr": config.muon_lr, "momentum": config.muon_momentum,
+                   "weight_decay": config.muon_weight_decay},
                   {"params": [p for p in rest if p.dim() >= 2], "use_muon": False, "peak_lr": config.lr,
                    "weight_decay": config.weight_decay},
                   {"params": [p for p in rest if p.dim() < 2], "use_muon": False, "peak_lr": config.lr}]

@@ -295,7 +295,8 @@ def test_wsd_cooldown_never_starts_inside_the_warmup():
                                          ("muon_lr", 0), ("muon_lr", -0.02), ("muon_lr", math.inf),
                                          ("muon_momentum", 1.0), ("muon_momentum", -0.1), ("muon_momentum", True),
                                          ("cooldown_fraction", 1.0), ("cooldown_fraction", -0.2),
-                                         ("cooldown_fraction", "0.2")])
+                                         ("cooldown_fraction", "0.2"), ("muon_weight_decay", -0.1),
+                                         ("muon_weight_decay", math.nan)])
 def test_muon_and_wsd_fields_are_validated(field, value):
     with pytest.raises(ValueError) as err:
         TrainConfig(**{field: value})
@@ -332,7 +333,9 @@ def test_muon_optimizer_groups(kind):
                 if p.dim() == 2 and (".attn." in n or ".ff." in n) and n.endswith("weight")}
     assert {names[id(p)] for p in muon["params"]} == expected and expected
     assert muon["use_muon"] and (muon["lr"], muon["peak_lr"], muon["momentum"]) == (0.04, 0.04, 0.9)
-    assert muon["weight_decay"] == 0.0
+    assert muon["weight_decay"] == 0.0  # muon_weight_decay's default
+    decayed = make_optimizer(model, TrainConfig(optimizer="muon", muon_weight_decay=0.05)).param_groups
+    assert decayed[0]["weight_decay"] == 0.05 and decayed[1]["weight_decay"] == TrainConfig().weight_decay
     for group, wd in ((decay, 0.1), (no_decay, 0.0)):
         assert not group["use_muon"] and group["weight_decay"] == wd
         assert (group["lr"], group["peak_lr"], group["betas"], group["eps"]) == (2e-3, 2e-3, (0.8, 0.99), 1e-7)
