@@ -277,8 +277,10 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         # subtle: autocast leaves float64 alone, so a float64 module under autocast (all of q, k, v
         # float64) must not take the float32 path, whose result would be cast to bf16.
-        cpu_autocast = q.device.type == "cpu" and torch.is_autocast_enabled("cpu") and any(
-            t.dtype in (torch.bfloat16, torch.float16) for t in (q, k, v))
+        # Autocast casts float32 (not float64) inputs of the fused kernel to its low precision,
+        # even where q/k/v reach it in float32 (after QK-norm or value embeddings, say).
+        cpu_autocast = q.device.type == "cpu" and torch.is_autocast_enabled("cpu") and all(
+            t.dtype != torch.float64 for t in (q, k, v))
         if use_sdpa and q.device.type == "cpu" and (cpu_autocast or q.dtype == torch.bfloat16):
             # subtle: torch's fused CPU attention is ~5x slower in bf16 than in float32 at small
             # head sizes (measured fwd+bwd at B=12, H=8, T=64, D=18: 6.5 ms vs 1.2 ms), so under

@@ -456,10 +456,32 @@ def _spy_sdpa(monkeypatch):
 
     def spy(q, k, v, *args, **kwargs):
         seen.append((q.dtype, k.dtype, v.dtype))
+        autocast_at_call.append(torch.is_autocast_enabled("cpu"))
         return real(q, k, v, *args, **kwargs)
 
+    autocast_at_call = []
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    spy.autocast_at_call = autocast_at_call
+    seen_autocast[id(seen)] = autocast_at_call
     return seen
+
+
+seen_autocast: dict = {}
+
+
+def test_float32_qkv_under_autocast_take_the_float32_path(monkeypatch):
+    """With QK-norm and value embeddings q, k and v reach the attention in float32 under
+    autocast (the float32 gains and tables promote them), and autocast would still cast the fused
+    kernel to bf16 -- 5x slower on the CPU. The kernel must run with autocast switched off."""
+    torch.manual_seed(8)
+    model = Transformer(TransformerConfig(vocab_size=16, d_model=32, num_heads=4, num_layers=1, max_seq_len=16,
+                                          attn_impl="sdpa", norm="rmsnorm", pos_encoding="rope", qk_norm=True,
+                                          value_embeddings=True, bias=False))
+    ids = torch.randint(16, (2, 16), generator=torch.Generator().manual_seed(9))
+    seen = _spy_sdpa(monkeypatch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(ids, ids)
+    assert seen == [(torch.float32,) * 3] and seen_autocast[id(seen)] == [False]
 
 
 @pytest.mark.parametrize("use_sdpa", [False, True])

@@ -25,11 +25,31 @@ def test_train_budget_compare_runs_both_recipes(tmp_path):
     out = run_script("train_budget.py", "--corpus", str(corpus), "--compare", "--steps", "3",
                      "--threads", "1", tmp_path=tmp_path)
     assert out["benchmark"] == "train_budget" and out["val_windows"] == 20  # 1290 val chars / 64
+    assert out["recipes"] == ["ours", "baseline"] and out["seeds"] == [1337]
     for name in ("ours", "baseline"):
         run = out[name]
         assert run["steps"] == 3 and run["train_tokens"] == 3 * 12 * 64
-        assert run["params"] <= 810_000 and run["val_loss"] > 0 and run["tokens_per_s"] > 0
-    assert out["speed_ratio"] > 0
+        assert run["params"] <= 810_000 and run["tokens_per_s"][0] > 0
+        assert run["mean"] == run["val_loss"][0] > 0 and run["sd"] is None  # one seed: no sd
+    assert out["speed_ratio"]["ours"][0] > 0
+
+
+def test_train_budget_seeds_and_three_recipes(tmp_path):
+    """--seeds 2 trains each recipe with seeds 1337 and 1338 and reports the mean and the sample
+    sd; the same seed gives the same loss whether recipes are trained alone or interleaved."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("To be, or not to be, that is the question.\n" * 300, encoding="utf-8")
+    out = run_script("train_budget.py", "--corpus", str(corpus), "--recipe", "record", "ours", "--compare",
+                     "--seeds", "2", "--steps", "2", "--threads", "1", tmp_path=tmp_path)
+    assert out["recipes"] == ["record", "ours", "baseline"] and out["seeds"] == [1337, 1338]
+    for name in out["recipes"]:
+        losses = out[name]["val_loss"]
+        assert len(losses) == 2 and out[name]["mean"] == pytest.approx(sum(losses) / 2, abs=1e-4)
+        assert out[name]["sd"] == pytest.approx(abs(losses[0] - losses[1]) / 2 ** 0.5, abs=1e-4)
+        assert len(out[name]["time_s"]) == 2 and out[name]["params"] <= 810_000
+    alone = run_script("train_budget.py", "--corpus", str(corpus), "--recipe", "record", "--seed", "1338",
+                       "--steps", "2", "--threads", "1", tmp_path=tmp_path)
+    assert alone["record"]["val_loss"] == [out["record"]["val_loss"][1]]
 
 
 def test_train_budget_rejects_unknown_fields(tmp_path):
@@ -57,6 +77,10 @@ def test_generation_benchmark_runs_at_the_tiny_size(tmp_path):
     ("train_budget.py", ["--steps", "1", "--set", "lr"], "expected FIELD=VALUE"),
     ("train_budget.py", ["--steps", "1", "--set", "lr=-1"], "--set or --steps: lr=-1 must be a finite number > 0"),
     ("train_budget.py", ["--steps", "1", "--set", "d_model=7"], "--set: "),
+    ("train_budget.py", ["--steps", "1", "--recipe", "fastest"], "argument --recipe"),
+    ("train_budget.py", ["--steps", "1", "--seeds", "0"], "argument --seeds"),
+    ("train_budget.py", ["--steps", "1", "--recipe", "baseline", "--compare"], "--compare trains the baseline next"),
+    ("train_budget.py", ["--steps", "1", "--set", "optimizer=sgd"], "optimizer='sgd' is not supported"),
     ("generation.py", ["--repeats", "0"], "argument --repeats"),
     ("generation.py", ["--new-tokens", "-3"], "argument --new-tokens"),
 ])
@@ -73,8 +97,43 @@ def test_chapter_9_quotes_the_stored_train_budget_result():
     nb = json.loads((BENCHMARKS.parent / "book" / "09_training.ipynb").read_text())
     text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     for recipe in ("ours", "baseline"):
-        assert f"{stored[recipe]['val_loss']:.3f}" in text, recipe
+        assert f"{stored[recipe]['mean']:.3f}" in text, recipe
     assert stored["date"] in text and stored["corpus"] == "python-docs"
+
+
+def test_records_are_the_stored_runs():
+    """Every entry of records.json (what the records page shows) is copied from the saved
+    train_budget result it names, its recipe is the script's, and the budget's rules are the
+    script's constants."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import train_budget
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    stored = json.loads((BENCHMARKS / "results" / "records.json").read_text())
+    rules = stored["rules"]
+    assert (rules["steps"], rules["batch_size"], rules["block_size"], rules["max_params"]) == (
+        train_budget.STEPS, train_budget.BATCH, train_budget.BLOCK, train_budget.MAX_PARAMS)
+    assert rules["train_tokens"] == rules["steps"] * rules["batch_size"] * rules["block_size"]
+    for entry in stored["records"]:
+        run = json.loads((BENCHMARKS.parent / entry["source"]).read_text())
+        result, baseline = run[entry["recipe"]], run["baseline"]
+        assert run["seeds"] == entry["seeds"] and len(entry["seeds"]) == rules["seeds"]
+        for key in ("val_loss", "mean", "sd", "params", "time_s", "tokens_per_s"):
+            assert entry[key] == result[key], (entry["recipe"], key)
+        assert entry["baseline_val_loss"] == baseline["val_loss"]
+        assert entry["baseline_time_s"] == baseline["time_s"]
+        recipe = train_budget.RECIPES[entry["recipe"]]
+        assert entry["model"] == recipe["model"]
+        assert entry["train"] == json.loads(json.dumps(recipe["train"]))  # tuples stored as lists
+        assert run["overrides"] == {} and entry["params"] <= rules["max_params"]
+
+
+def test_ablations_are_consistent():
+    stored = json.loads((BENCHMARKS / "results" / "ablations.json").read_text())
+    for row in [stored["reference"], *stored["rows"]]:
+        assert len(row["val_loss"]) == len(stored["seeds"]) == 3
+        assert row["mean"] == pytest.approx(sum(row["val_loss"]) / 3, abs=1e-4)
 
 
 def test_chapter_times_reports_each_notebook(tmp_path):
