@@ -164,6 +164,27 @@ def train_seed(names: list[str], seed: int, vocab_size: int, train_ids, val_ids,
     return runs
 
 
+def profile(names: list[str], steps: int, vocab_size: int, train_ids, val_ids, args,
+            model_over: dict, train_over: dict) -> dict:
+    """Where a step's time goes: ``torch.profiler``'s table of ``steps`` steps of each recipe
+    (after 10 warm-up steps), sorted by the time spent in each operator itself."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    ms_per_step = {}
+    for name in names:
+        trainer = build_trainer(name, vocab_size, train_ids, val_ids, args,
+                                model_over if name == names[0] else {}, train_over if name == names[0] else {})
+        trainer.fit(steps=10)
+        start = trainer.elapsed
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            trainer.fit(steps=steps)
+        ms_per_step[name] = round((trainer.elapsed - start) / steps * 1000, 2)
+        print(f"{name}: {ms_per_step[name]} ms per step under the profiler")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), flush=True)
+    return ms_per_step
+
+
 def summarise(per_seed: list[dict], name: str) -> dict:
     """One recipe over the seeds: lists per seed, and the mean and sample sd of the loss."""
     runs = [r[name] for r in per_seed]
@@ -187,6 +208,9 @@ def main() -> None:
                              "recipe(s), so that all speeds are measured under the same machine load")
     parser.add_argument("--seeds", type=positive_int, default=1,
                         help="train with seeds SEED, SEED+1, ... and report each, the mean and the sd")
+    parser.add_argument("--profile", type=positive_int, default=None, metavar="STEPS",
+                        help="instead of training to the budget, profile STEPS steps of each recipe and "
+                             "print where the time goes")
     parser.add_argument("--steps", type=positive_int, default=STEPS, help="change only for quick trials")
     parser.add_argument("--seed", type=nonneg_int, default=1337)
     parser.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
@@ -216,6 +240,12 @@ def main() -> None:
     print(f"corpus={args.corpus} chars={len(text)} vocab={tokenizer.vocab_size} "
           f"train_tokens={len(train_ids)} val_tokens={len(val_ids)} "
           f"threads={torch.get_num_threads()} load={load_start}", flush=True)
+    if args.profile:
+        ms = profile(names, args.profile, tokenizer.vocab_size, train_ids, val_ids, args, model_over, train_over)
+        print(json.dumps({"benchmark": "train_budget_profile", "corpus": args.corpus, "ms_per_step": ms,
+                          "threads": torch.get_num_threads(), "cpu_bf16": cpu_has_bf16(),
+                          "overrides": {**model_over, **train_over}, "torch": torch.__version__}))
+        return
     first_seed = args.seed
     seeds = [first_seed + i for i in range(args.seeds)]
     per_seed = [train_seed(names, seed, tokenizer.vocab_size, train_ids, val_ids, args, model_over, train_over)

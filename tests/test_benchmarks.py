@@ -52,6 +52,18 @@ def test_train_budget_seeds_and_three_recipes(tmp_path):
     assert alone["record"]["val_loss"] == [out["record"]["val_loss"][1]]
 
 
+def test_train_budget_profile_prints_the_operator_table(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("To be, or not to be, that is the question.\n" * 300, encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "train_budget.py"), "--corpus", str(corpus),
+                           "--recipe", "record", "--profile", "2", "--threads", "1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "aten::mm" in proc.stdout and "Self CPU" in proc.stdout
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["benchmark"] == "train_budget_profile" and out["ms_per_step"]["record"] > 0
+
+
 def test_train_budget_rejects_unknown_fields(tmp_path):
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "train_budget.py"), "--steps", "1",
                            "--set", "learning_rate=1e-3"], cwd=tmp_path, capture_output=True, text=True)
