@@ -25,6 +25,7 @@ _EXPORTS = {
     "FeedForward": "feedforward",
     "Transformer": "model", "TransformerBlock": "model", "TransformerClassifier": "model",
     "MoEFeedForward": "moe", "load_balancing_loss": "moe",
+    "Muon": "muon",
     "LayerNorm": "norms", "RMSNorm": "norms",
     "LearnedPositionalEncoding": "positions", "RotaryEmbedding": "positions",
     "SinusoidalPositionalEncoding": "positions", "create_positional_encoding": "positions",
@@ -36,7 +37,7 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 _SUBMODULES = ("attention", "checkpoint", "checks", "config", "course", "data", "distributed",
-               "feedforward", "generation", "gradcheck", "interop", "model", "moe", "norms", "positions",
+               "feedforward", "generation", "gradcheck", "interop", "model", "moe", "muon", "norms", "positions",
                "registry", "tokenizers", "training", "utils", "viz")
 
 
