@@ -55,13 +55,18 @@ def test_swiglu_matches_formula(dtype, bias):
     assert ff.gate.weight.shape == (24, 16) and ff.up.weight.shape == (24, 16) and ff.down.weight.shape == (16, 24)
 
 
-def test_gelu_is_the_tanh_approximation_not_erf():
-    x = torch.linspace(-4, 4, 101, dtype=torch.float64)
-    ff = _ff(0, torch.float64, d_model=1, d_ff=1, activation="gelu", bias=False)
+def _activation_curve(activation, x):
+    """The feed-forward layer of width 1 with unit weights: y = act(x)."""
+    ff = _ff(0, torch.float64, d_model=1, d_ff=1, activation=activation, bias=False)
     with torch.no_grad():
         ff.up.weight.fill_(1.0)
         ff.down.weight.fill_(1.0)
-    y = ff(x[:, None])[:, 0]
+    return ff(x[:, None])[:, 0]
+
+
+def test_gelu_is_the_tanh_approximation_not_erf():
+    x = torch.linspace(-4, 4, 101, dtype=torch.float64)
+    y = _activation_curve("gelu", x)
     torch.testing.assert_close(y, _gelu_tanh(x))
     erf = 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
     assert (y - erf).abs().max() > 1e-5  # the two GELUs differ: we use GPT-2's
@@ -69,11 +74,7 @@ def test_gelu_is_the_tanh_approximation_not_erf():
 
 def test_relu2_is_the_square_of_relu():
     x = torch.linspace(-3, 3, 61, dtype=torch.float64)
-    ff = _ff(0, torch.float64, d_model=1, d_ff=1, activation="relu2", bias=False)
-    with torch.no_grad():
-        ff.up.weight.fill_(1.0)
-        ff.down.weight.fill_(1.0)
-    y = ff(x[:, None])[:, 0]
+    y = _activation_curve("relu2", x)
     assert torch.equal(y[x <= 0], torch.zeros_like(y[x <= 0]))
     torch.testing.assert_close(y[x > 0], x[x > 0] ** 2, rtol=1e-15, atol=0)
 
