@@ -275,10 +275,8 @@ class MultiHeadAttention(nn.Module):
                 m = m.expand(m.shape[0], self.num_heads, T, T_k)
                 mask = m.reshape(m.shape[0], self.num_kv_heads, groups * T, T_k)
         p = self.dropout if self.training else 0.0
-        # subtle: autocast leaves float64 alone, so a float64 module under autocast (all of q, k, v
-        # float64) must not take the float32 path, whose result would be cast to bf16.
-        # Autocast casts float32 (not float64) inputs of the fused kernel to its low precision,
-        # even where q/k/v reach it in float32 (after QK-norm or value embeddings, say).
+        # Under CPU autocast the fused kernel would get bf16 inputs, even when q/k/v arrive in
+        # float32 (after QK-norm or value embeddings); float64 is left alone by autocast, and here.
         cpu_autocast = q.device.type == "cpu" and torch.is_autocast_enabled("cpu") and all(
             t.dtype != torch.float64 for t in (q, k, v))
         if use_sdpa and q.device.type == "cpu" and (cpu_autocast or q.dtype == torch.bfloat16):

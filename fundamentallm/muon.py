@@ -111,8 +111,9 @@ class Muon(torch.optim.Optimizer):
     of Muon's extra time. The momentum equals ``torch.optim.Muon``'s bit for bit; the weights
     most often too, but the batched bf16 products (``baddbmm``) now and then round differently
     from torch's one-matrix ``addmm`` (about one Newton-Schulz call in 200, by a few bf16 ulps),
-    so compare with a tolerance, not ``torch.equal``. An AdamW group (``use_muon=False``) takes ``lr``, ``betas``, ``eps``
-    and ``weight_decay`` and is updated exactly as by ``torch.optim.AdamW``.
+    so compare with a tolerance, not ``torch.equal``. An AdamW group (``use_muon=False``) takes
+    ``lr``, ``betas``, ``eps`` and ``weight_decay`` and is updated exactly as by
+    ``torch.optim.AdamW``.
     """
 
     def __init__(self, params: Iterable, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,

@@ -198,21 +198,22 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
     holds the hidden matrices (:func:`muon_parameters`) and whose other two groups are the AdamW
     groups above without them. Each group keeps its peak rate in ``"peak_lr"``."""
     params = [p for p in model.parameters() if p.requires_grad]
+
+    def adamw_groups(params: list, **extra) -> list[dict]:
+        return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay,
+                 "peak_lr": config.lr, **extra},
+                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "peak_lr": config.lr, **extra}]
+
     if config.optimizer == "muon":
         from .muon import Muon
 
         hidden = {id(p) for p in muon_parameters(model)}
-        rest = [p for p in params if id(p) not in hidden]
         groups = [{"params": [p for p in params if id(p) in hidden], "use_muon": True,
                    "lr": config.muon_lr, "peak_lr": config.muon_lr, "momentum": config.muon_momentum,
                    "weight_decay": config.muon_weight_decay},
-                  {"params": [p for p in rest if p.dim() >= 2], "use_muon": False, "peak_lr": config.lr,
-                   "weight_decay": config.weight_decay},
-                  {"params": [p for p in rest if p.dim() < 2], "use_muon": False, "peak_lr": config.lr}]
+                  *adamw_groups([p for p in params if id(p) not in hidden], use_muon=False)]
         return Muon([g for g in groups if g["params"]], lr=config.lr, betas=config.betas, eps=config.eps)
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay,
-               "peak_lr": config.lr},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "peak_lr": config.lr}]
+    groups = adamw_groups(params)
     kwargs = dict(lr=config.lr, betas=config.betas, eps=config.eps)
     try:  # the fused kernel (one pass over all parameters) is several times faster, CPU included
         return torch.optim.AdamW(groups, fused=True, **kwargs)

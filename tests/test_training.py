@@ -29,6 +29,18 @@ def config(**overrides):
     return TrainConfig(**{**base, **overrides})
 
 
+def assert_batch_8_equals_4_accumulated_twice(data):
+    """Batch 8 in one step and batch 4 accumulated over 2 micro-steps: the same losses and weights."""
+    results = []
+    for batch, accum in ((8, 1), (4, 2)):
+        t = Trainer(tiny_model(), data, None, config(batch_size=batch, grad_accum_steps=accum))
+        t.fit(steps=3)
+        results.append((t.history["train_loss"], [p.detach().clone() for p in t.model.parameters()]))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_lr_schedules_known_values():
     c = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=110)
     assert lr_at(0, c) == pytest.approx(0.1)
@@ -92,14 +104,7 @@ def test_training_reduces_the_loss():
 
 
 def test_gradient_accumulation_equals_a_bigger_batch():
-    results = []
-    for batch, accum in ((8, 1), (4, 2)):
-        t = Trainer(tiny_model(), stream(), None, config(batch_size=batch, grad_accum_steps=accum))
-        t.fit(steps=3)
-        results.append((t.history["train_loss"], [p.detach().clone() for p in t.model.parameters()]))
-    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
-    for a, b in zip(results[0][1], results[1][1]):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_batch_8_equals_4_accumulated_twice(stream())
 
 
 def test_grad_clip_and_label_smoothing():
@@ -172,14 +177,7 @@ def padded_dataset(n=64, T=16, seed=0):
 
 
 def test_accumulation_weights_micro_batches_by_their_real_targets():
-    data, results = padded_dataset(), []
-    for batch, accum in ((8, 1), (4, 2)):
-        t = Trainer(tiny_model(), data, None, config(batch_size=batch, grad_accum_steps=accum))
-        t.fit(steps=3)
-        results.append((t.history["train_loss"], [p.detach().clone() for p in t.model.parameters()]))
-    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
-    for a, b in zip(results[0][1], results[1][1]):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_batch_8_equals_4_accumulated_twice(padded_dataset())
 
 
 def test_train_step_loss_is_the_mean_over_real_targets():
