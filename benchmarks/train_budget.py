@@ -95,10 +95,10 @@ def parse_overrides(items: list[str]) -> tuple[dict, dict]:
     return model, train
 
 
-def build_trainer(recipe_name: str, vocab_size: int, train_ids, val_ids, args,
+def build_trainer(recipe_name: str, seed: int, vocab_size: int, train_ids, val_ids, args,
                   model_over: dict, train_over: dict) -> Trainer:
     recipe = RECIPES[recipe_name]
-    torch.manual_seed(args.seed)
+    torch.manual_seed(seed)
     try:
         config = TransformerConfig(**{"vocab_size": vocab_size, "max_seq_len": BLOCK, "dropout": 0.0,
                                       **recipe["model"], **model_over})
@@ -114,7 +114,7 @@ def build_trainer(recipe_name: str, vocab_size: int, train_ids, val_ids, args,
     try:
         train_config = TrainConfig(**{**dict(max_steps=args.steps, batch_size=BATCH, block_size=BLOCK,
                                              eval_interval=0, eval_batch_size=256, progress=False,
-                                             device="cpu", seed=args.seed, log_interval=1), **train})
+                                             device="cpu", seed=seed, log_interval=1), **train})
     except (TypeError, ValueError) as err:
         raise SystemExit(f"--set or --steps: {err}") from None
     print(f"{recipe_name}: params={params}\n  model: {config}\n  train: {train_config}", flush=True)
@@ -135,9 +135,8 @@ def train_seed(names: list[str], seed: int, vocab_size: int, train_ids, val_ids,
                model_over: dict, train_over: dict) -> dict:
     """Train the recipes ``names`` with one seed, interleaved in chunks of 100 steps (so that
     their speeds are measured under the same machine load); return each one's result."""
-    args.seed = seed
     # --set applies to the first recipe named.
-    trainers = {name: build_trainer(name, vocab_size, train_ids, val_ids, args,
+    trainers = {name: build_trainer(name, seed, vocab_size, train_ids, val_ids, args,
                                     model_over if name == names[0] else {},
                                     train_over if name == names[0] else {})
                 for name in names}
@@ -173,7 +172,7 @@ def profile(names: list[str], steps: int, vocab_size: int, train_ids, val_ids, a
 
     ms_per_step = {}
     for name in names:
-        trainer = build_trainer(name, vocab_size, train_ids, val_ids, args,
+        trainer = build_trainer(name, args.seed, vocab_size, train_ids, val_ids, args,
                                 model_over if name == names[0] else {}, train_over if name == names[0] else {})
         trainer.fit(steps=10)
         start = trainer.elapsed
@@ -246,8 +245,7 @@ def main() -> None:
                           "threads": torch.get_num_threads(), "cpu_bf16": cpu_has_bf16(),
                           "overrides": {**model_over, **train_over}, "torch": torch.__version__}))
         return
-    first_seed = args.seed
-    seeds = [first_seed + i for i in range(args.seeds)]
+    seeds = [args.seed + i for i in range(args.seeds)]
     per_seed = [train_seed(names, seed, tokenizer.vocab_size, train_ids, val_ids, args, model_over, train_over)
                 for seed in seeds]
     out = {"benchmark": "train_budget", "corpus": args.corpus, "val_windows": (len(val_ids) - 1) // BLOCK,
