@@ -19,6 +19,7 @@ _EXPORTS = {
     "KVCache": "attention", "MultiHeadAttention": "attention", "causal_mask": "attention",
     "padding_mask": "attention", "scaled_dot_product_attention": "attention",
     "sliding_window_mask": "attention",
+    "CanonLayer": "canon",
     "load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
     "TransformerConfig": "config",
     "TextDataset": "data", "digit_operations": "data", "load_corpus": "data", "train_val_split": "data",
@@ -36,7 +37,7 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-_SUBMODULES = ("attention", "checkpoint", "checks", "config", "course", "data", "distributed",
+_SUBMODULES = ("attention", "canon", "checkpoint", "checks", "config", "course", "data", "distributed",
                "feedforward", "generation", "gradcheck", "interop", "model", "moe", "muon", "norms", "positions",
                "registry", "tokenizers", "training", "utils", "viz")
 

@@ -107,7 +107,8 @@ class KVCache:
 
     One forward pass reads ``length`` once (the position offset of its tokens), each layer
     :meth:`write`s its new keys/values at that offset, and the model calls :meth:`advance` once
-    at the end.
+    at the end. ``conv`` holds, for models with canon layers, the last few inputs of each of
+    those convolutions (:class:`~fundamentallm.canon.CanonLayer` keeps it up to date).
     """
 
     def __init__(self, batch_size: int, num_kv_heads: int, head_dim: int, max_seq_len: int,
@@ -122,6 +123,7 @@ class KVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.num_layers, self.max_seq_len = num_layers, max_seq_len
         self.length = 0
+        self.conv: dict = {}  # canon layers' recent inputs, by place (read only when length > 0)
 
     def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store layer ``layer``'s ``(B, H_kv, T, D)`` keys/values at positions ``start..start+T-1``;

@@ -17,6 +17,7 @@ POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 ACTIVATIONS = ("gelu", "relu", "swiglu", "relu2")
 ATTN_IMPLS = ("explicit", "sdpa")
 ROPE_SCALINGS = ("linear", "llama3")
+CANON_PLACES = ("embed", "attn", "ffn")  # where canon layers go (fundamentallm/canon.py)
 # The keys each RoPE scaling rule takes (besides "rope_type"), as in Hugging Face's configs.
 ROPE_SCALING_KEYS = {
     "linear": ("factor",),
@@ -73,7 +74,10 @@ class TransformerConfig:
     mixture-of-experts feed-forward (``moe_experts``, ``moe_top_k``), ``qk_norm`` (an RMSNorm
     on each head's queries and keys before RoPE, as in Qwen3 and OLMo 2) and
     ``value_embeddings`` (each layer adds its own learned embedding of the input token to the
-    attention values, from the modded-nanogpt speedrun). ``activation="relu2"`` is ReLU squared
+    attention values, from the modded-nanogpt speedrun) and ``canon`` (canon layers, Allen-Zhu
+    2025: a causal convolution over the last ``canon_kernel`` tokens, one filter per channel,
+    added to the token embeddings (``"embed"``) and/or to the input of every attention
+    (``"attn"``) or feed-forward (``"ffn"``) sublayer; e.g. ``canon="embed+ffn"``). ``activation="relu2"`` is ReLU squared
     (So et al. 2021). With experts, the router's
     load-balancing loss reaches training through ``Transformer.forward``: in training mode and with
     targets, the returned loss is the cross-entropy plus ``moe_aux_loss_coef`` times the mean of
@@ -108,6 +112,8 @@ class TransformerConfig:
     moe_aux_loss_coef: float = 0.01  # weight of the load-balancing loss added to the training loss
     qk_norm: bool = False  # RMSNorm (with a gain) on each head's queries and keys
     value_embeddings: bool = False  # per layer, v += an embedding of the token (vocab_size x kv dim)
+    canon: Optional[str] = None  # short causal convolutions: "embed", "attn", "ffn" joined by "+"
+    canon_kernel: int = 4  # their width in tokens (the token itself and canon_kernel - 1 before it)
 
     def __post_init__(self) -> None:
         _check_int("vocab_size", self.vocab_size)
@@ -148,6 +154,15 @@ class TransformerConfig:
             if self.num_heads % self.num_kv_heads != 0:
                 raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads} "
                                  f"(each key/value head serves num_heads / num_kv_heads query heads)")
+        if self.canon is not None:
+            places = self.canon.split("+") if isinstance(self.canon, str) else None
+            if not places or any(p not in CANON_PLACES for p in places) or len(set(places)) != len(places):
+                raise ValueError(f"canon={self.canon!r} must be None or places joined by '+', each at most "
+                                 f"once, from {', '.join(map(repr, CANON_PLACES))} (e.g. 'embed+ffn')")
+            if not self.causal:
+                raise ValueError(f"canon={self.canon!r} needs causal=True (the convolutions look back "
+                                 f"only, as a decoder does)")
+        _check_int("canon_kernel", self.canon_kernel)
         if self.value_embeddings and not self.causal:
             raise ValueError("value_embeddings=True needs causal=True (a decoder: the embeddings are "
                              "of the tokens whose values the queries read)")
@@ -196,6 +211,11 @@ class TransformerConfig:
     def attn_qkv_bias(self) -> bool:
         """Whether the Q/K/V projections have biases (resolves ``qkv_bias=None`` to ``bias``)."""
         return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def canon_places(self) -> tuple[str, ...]:
+        """The places of the canon layers, e.g. ``("embed", "ffn")`` (resolves ``canon=None`` to ``()``)."""
+        return tuple(self.canon.split("+")) if self.canon else ()
 
     @property
     def head_dim(self) -> int:

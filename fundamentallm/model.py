@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, padding_mask
+from .canon import CanonLayer
 from .config import TransformerConfig
 from .feedforward import FeedForward
 from .generation import generate
@@ -50,20 +51,29 @@ class TransformerBlock(nn.Module):
         else:
             self.ff = FeedForward(c.d_model, c.ff_dim, activation=c.activation, dropout=c.dropout, bias=c.bias)
         self.resid_dropout = nn.Dropout(c.dropout)
+        # Canon layers (optional): a short causal convolution on each sublayer's input.
+        self.canon_attn = CanonLayer(c.d_model, c.canon_kernel) if "attn" in c.canon_places else None
+        self.canon_ffn = CanonLayer(c.d_model, c.canon_kernel) if "ffn" in c.canon_places else None
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
                 kv_cache: Optional[KVCache] = None, start_pos: int = 0, layer: int = 0,
                 return_weights: bool = False, value_embeds: Optional[torch.Tensor] = None):
         pre = self.norm_position == "pre"
-        out = self.attn(self.norm1(x) if pre else x, mask=mask, kv_cache=kv_cache, start_pos=start_pos,
-                        layer=layer, return_weights=return_weights, value_embeds=value_embeds)
+        state = kv_cache.conv if kv_cache is not None else None
+
+        def canon(place: str, h: torch.Tensor) -> torch.Tensor:
+            layer_ = getattr(self, f"canon_{place}")
+            return h if layer_ is None else layer_(h, state=state, key=(layer, place), start=start_pos)
+
+        out = self.attn(canon("attn", self.norm1(x) if pre else x), mask=mask, kv_cache=kv_cache,
+                        start_pos=start_pos, layer=layer, return_weights=return_weights, value_embeds=value_embeds)
         a, w = out if return_weights else (out, None)
         if pre:
             x = x + self.resid_dropout(a)
-            x = x + self.ff(self.norm2(x))
+            x = x + self.ff(canon("ffn", self.norm2(x)))
         else:
             x = self.norm1(x + self.resid_dropout(a))
-            x = self.norm2(x + self.ff(x))
+            x = self.norm2(x + self.ff(canon("ffn", x)))
         return (x, w) if return_weights else x
 
 
@@ -146,6 +156,7 @@ class _Backbone(nn.Module):
         else:
             self.pos_encoding = create_positional_encoding(c.pos_encoding, c.d_model, c.max_seq_len)
         self.dropout = nn.Dropout(c.dropout)
+        self.canon_embed = CanonLayer(c.d_model, c.canon_kernel) if "embed" in c.canon_places else None
         self.blocks = nn.ModuleList(TransformerBlock(c, rope=self.rope) for _ in range(c.num_layers))
         # Value embeddings: one table per layer, added to that layer's attention values.
         self.value_embeds = nn.ModuleList(nn.Embedding(c.vocab_size, c.kv_heads * c.head_dim)
@@ -222,6 +233,8 @@ class _Backbone(nn.Module):
         x = self.token_embedding(input_ids.long())  # (B, T, C)
         if self.pos_encoding is not None:
             x = self.pos_encoding(x, start)
+        if self.canon_embed is not None:
+            x = self.canon_embed(x, state=kv_cache.conv if kv_cache is not None else None, key="embed", start=start)
         x = self.dropout(x)
         ids = input_ids.long()
         for i, block in enumerate(self.blocks):
