@@ -17,6 +17,9 @@ from .run import CommandError
 
 DEFAULT_OUT = "runs/latest"
 PRESETS = ("nano", "micro", "tiny", "gpt2")  # fundamentallm.config.PRESETS, without importing torch
+# fundamentallm.training.OPTIMIZERS and PRECISIONS, likewise (tests/test_cli.py checks they agree)
+OPTIMIZERS = ("adamw", "muon")
+PRECISIONS = ("auto", "bf16", "fp16", "off")
 EPILOG = """examples:
   python -m fundamentallm train --steps 200          # the built-in corpus, a CPU-sized model
   python -m fundamentallm train --resume             # continue runs/latest after Ctrl-C
@@ -87,6 +90,12 @@ def _build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=positive_int, default=2000, help="optimizer steps")
     train.add_argument("--batch-size", type=positive_int, default=32, help="sequences per step")
     train.add_argument("--lr", type=positive_float, default=2e-3, help="peak learning rate")
+    train.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
+                       help="'muon': Muon for the hidden matrices (at its own rate, 0.02), AdamW at --lr "
+                       "for the rest (see the book's appendix)")
+    train.add_argument("--mixed-precision", default="auto", choices=PRECISIONS,
+                       help="'auto': bf16 or fp16 on CUDA, float32 elsewhere; 'bf16' also on the CPU "
+                       "(faster on CPUs with bf16 instructions, slower without)")
     train.add_argument("--warmup-steps", type=nonneg_int, default=None, help="None: min(100, steps // 10)")
     train.add_argument("--dropout", type=dropout_rate, default=0.0, help="dropout rate in [0, 1)")
     train.add_argument("--eval-interval", type=nonneg_int, default=None,

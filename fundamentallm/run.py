@@ -25,7 +25,7 @@ MODERN = dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=Fal
 # The flags that define a run: --resume refuses to change them, and a run with other values is
 # "a different run" that --out never overwrites without --force.
 RUN_FLAGS = ("corpus", "preset", "tokenizer", "vocab_size", "block_size", "steps", "batch_size", "lr",
-             "warmup_steps", "dropout", "eval_interval", "val_fraction", "seed")
+             "warmup_steps", "dropout", "eval_interval", "val_fraction", "seed", "optimizer", "mixed_precision")
 
 
 class CommandError(Exception):
@@ -138,7 +138,8 @@ def cmd_train(args: argparse.Namespace, defaults: dict) -> dict:
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     train_ids, val_ids = train_val_split(ids, args.val_fraction)
     eval_interval = args.eval_interval if args.eval_interval is not None else max(1, args.steps // 5)
-    tc = TrainConfig(lr=args.lr, max_steps=args.steps, batch_size=args.batch_size, warmup_steps=warmup,
+    tc = TrainConfig(lr=args.lr, optimizer=args.optimizer, mixed_precision=args.mixed_precision,
+                     max_steps=args.steps, batch_size=args.batch_size, warmup_steps=warmup,
                      eval_interval=eval_interval, eval_batch_size=128, device=device, seed=args.seed,
                      progress=main and not args.no_progress, log_interval=1)
     trainer = Trainer(model, train_ids, val_ids, tc)

@@ -64,3 +64,32 @@ def test_errors_are_reported_not_raised(corpus, tmp_path, capsys):
     assert "argument --preset: invalid choice: 'huge'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--tokenizer", "word"])
+
+
+def test_cli_choices_agree_with_the_package():
+    """The parser keeps its own copies (so --help does not import torch); they must not drift."""
+    from fundamentallm import __main__ as cli
+    from fundamentallm import training
+
+    assert cli.OPTIMIZERS == training.OPTIMIZERS and cli.PRECISIONS == training.PRECISIONS
+
+
+def test_train_with_muon_and_bf16_is_saved_and_kept_on_resume(corpus, tmp_path, capsys):
+    """--optimizer and --mixed-precision reach the Trainer, are saved with the run, and --resume
+    keeps them and refuses to change them; fp16 on the CPU is a clear error, not a traceback."""
+    from fundamentallm import load_checkpoint
+
+    assert main(["train", "--corpus", corpus, "--optimizer", "muon", "--mixed-precision", "bf16",
+                 "--device", "cpu", *TINY]) == 0
+    capsys.readouterr()
+    state = load_checkpoint(tmp_path / "runs" / "latest").trainer_state
+    assert state["config"]["optimizer"] == "muon" and state["config"]["mixed_precision"] == "bf16"
+    assert [g["use_muon"] for g in state["optimizer"]["param_groups"]] == [True, False, False]
+    assert main(["train", "--resume", "--mixed-precision", "off", "--no-progress"]) == 2
+    assert "--mixed-precision=off (saved: bf16)" in capsys.readouterr().err
+    assert main(["train", "--resume", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--corpus", corpus, "--mixed-precision", "fp16", "--device", "cpu",
+                 "--out", "fp16", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "mixed_precision='fp16' needs a CUDA device" in err and "Traceback" not in err
