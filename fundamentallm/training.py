@@ -156,8 +156,8 @@ def lr_at(step: int, config: TrainConfig) -> float:
                   peak (at ``s = warmup``) is ``lr``: ``lr · min(s / w, sqrt(w / s))``, s = step + 1.
     constant:     linear warmup, then ``lr``.
     wsd:          linear warmup, ``lr`` held, then a linear decay to ``min_lr`` over the last
-                  ``cooldown_fraction · max_steps`` steps (warmup-stable-decay: Zhai et al. 2022,
-                  Hu et al. 2024, Hägele et al. 2024).
+                  ``cooldown_fraction · max_steps`` steps (at least one; none when the fraction
+                  is 0) (warmup-stable-decay: Zhai et al. 2022, Hu et al. 2024, Hägele et al. 2024).
     """
     s, w = step + 1, config.warmup_steps
     if config.schedule == "inverse_sqrt":
@@ -169,7 +169,9 @@ def lr_at(step: int, config: TrainConfig) -> float:
         return config.lr
     min_lr = config.lr / 10 if config.min_lr is None else config.min_lr
     if config.schedule == "wsd":
-        cooldown = max(1, round(config.cooldown_fraction * config.max_steps))
+        if config.cooldown_fraction == 0:  # no cooldown: the rate stays at its peak
+            return config.lr
+        cooldown = max(1, round(config.cooldown_fraction * config.max_steps))  # a positive fraction: >= 1 step
         start = max(w, config.max_steps - cooldown)
         progress = min(1.0, max(0, s - start) / max(1, config.max_steps - start))
         return (1.0 - progress) * config.lr + progress * min_lr  # exactly lr, then exactly min_lr

@@ -282,6 +282,13 @@ def test_wsd_schedule_known_values():
         [2.0] * 5 + [2.0 - 1.8 * k / 5 for k in range(1, 6)])
 
 
+def test_wsd_cooldown_fraction_zero_holds_the_peak_and_a_tiny_one_decays_once():
+    flat = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=2, max_steps=10, schedule="wsd", cooldown_fraction=0.0)
+    assert [lr_at(s, flat) for s in range(10)] == [0.5] + [1.0] * 9  # warmup, then the peak to the end
+    tiny = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=2, max_steps=10, schedule="wsd", cooldown_fraction=0.01)
+    assert [lr_at(s, tiny) for s in range(10)] == [0.5] + [1.0] * 8 + [0.1]  # rounds up to one step
+
+
 def test_wsd_cooldown_never_starts_inside_the_warmup():
     c = TrainConfig(lr=1.0, min_lr=0.0, warmup_steps=8, max_steps=10, schedule="wsd", cooldown_fraction=0.5)
     rates = [lr_at(s, c) for s in range(10)]
