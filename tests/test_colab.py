@@ -18,6 +18,7 @@ from fundamentallm.course.colab import (
     _colab_button,
     cite_text,
     number_targets,
+    page_names,
     parse_bib,
     reference_line,
     render_edition,
@@ -126,6 +127,20 @@ def test_renderer_on_each_construct(tmp_path):
         r.markdown("{eq}`nope`")
     with pytest.raises(ValueError, match="not in references.bib"):
         r.markdown("{cite}`Nobody1999`")
+
+
+def test_doc_links_name_the_chapter_or_the_left_out_page():
+    """A {doc} link cannot point at a page in a lone notebook: a chapter becomes "chapter N" (the
+    edition's notebooks are numbered so), a page the edition leaves out becomes its title."""
+    pages = page_names(ROOT)
+    assert pages["04_positions"] == "chapter 4" and pages["records"] == "*The CPU training record*"
+    r = Renderer({}, parse_bib(BIB), ROOT / "book", pages)
+    assert r.markdown("See {doc}`04_positions` and the appendix {doc}`records`.") == (
+        "See chapter 4 and the appendix *The CPU training record*.")
+    assert r.markdown("{doc}`the appendix <records>`") == "the appendix"
+    edition = render_edition(ROOT)
+    text = "".join("".join(c["source"]) for c in json.loads(edition["14_modern_decoder.ipynb"])["cells"])
+    assert "*The CPU training record*" in text and "{doc}" not in text
 
 
 def test_command_writes_the_edition(tmp_path, capsys):

@@ -31,6 +31,7 @@ import json
 import mimetypes
 import re
 from pathlib import Path
+from typing import Optional
 
 EDITION_DIR = "colab"
 _DIRECTIVE = re.compile(r"^(\s*)(`{3,}|:{3,})\{([\w-]+)\}[ \t]*(.*)$")
@@ -160,8 +161,9 @@ def _outside_code(text: str) -> str:
 class Renderer:
     """Renders the Markdown of one chapter; collects the citation keys it meets."""
 
-    def __init__(self, targets: dict, bib: dict, book_dir: Path):
+    def __init__(self, targets: dict, bib: dict, book_dir: Path, pages: Optional[dict] = None):
         self.targets, self.bib, self.book_dir = targets, bib, Path(book_dir)
+        self.pages = pages or {}  # a {doc} target's name -> its text here (see page_names)
         self.cited: list[str] = []
 
     def number(self, label: str, kind: str = "") -> str:
@@ -185,6 +187,8 @@ class Renderer:
         explicit = re.match(r"(.*?)\s*<([^>]+)>$", content, re.S)
         if explicit:
             return explicit.group(1)
+        if name == "doc":
+            return self.pages.get(content.strip().rsplit("/", 1)[-1], content)
         if name in ("ref", "numref") and content in self.targets:
             kind, num = self.targets[content]
             return {"eq": f"eq. ({num})", "exercise": f"Exercise {num}", "figure": f"Figure {num}"}[kind]
@@ -272,10 +276,37 @@ def _cell_id(base: str, suffix: str) -> str:
     return f"{base}-{suffix}"[:64]
 
 
-def render_notebook(path: Path, targets: dict, bib: dict) -> dict:
+def _page_title(path: Path) -> Optional[str]:
+    """The first level-1 heading of a Markdown page or of a notebook's Markdown cells."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".ipynb":
+        text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "markdown")
+    m = re.search(r"^#\s+(.+?)\s*$", text, flags=re.M)
+    return m.group(1) if m else None
+
+
+def page_names(root: Path) -> dict[str, str]:
+    """What a ``{doc}`` link becomes in the edition, for every page of the toc: a chapter is
+    "chapter N" (its notebook in this edition is numbered so); any other page, such as the
+    appendix the edition leaves out, is its title in italics."""
+    root, out = Path(root), {}
+    toc = (root / "_toc.yml").read_text(encoding="utf-8")
+    for f in re.findall(r"^\s*-?\s*(?:file|root):\s*(\S+)\s*$", toc, flags=re.M):
+        name = Path(f).name
+        if _CHAPTER_FILE.fullmatch(name):
+            out[name] = f"chapter {chapter_number(Path(name))}"
+            continue
+        for ext in (".ipynb", ".md"):
+            if (root / f"{f}{ext}").exists() and (title := _page_title(root / f"{f}{ext}")):
+                out[name] = f"*{title}*"
+                break
+    return out
+
+
+def render_notebook(path: Path, targets: dict, bib: dict, pages: Optional[dict] = None) -> dict:
     """The Colab/Jupyter edition of one chapter, as a notebook dict (nbformat 4 JSON)."""
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
-    renderer = Renderer(targets, bib, Path(path).parent)
+    renderer = Renderer(targets, bib, Path(path).parent, pages)
     n, cells, solution = chapter_number(path), [], None
     for cell in nb["cells"]:
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
@@ -328,8 +359,8 @@ def render_edition(root: Path = Path(".")) -> dict[str, str]:
         # Jupyter Book numbers chapters by their place in _toc.yml; the edition by file name
         raise ValueError(f"the toc's chapters must be numbered 1..N in order by their file names; got {numbers}")
     bib = parse_bib((root / "book" / "references.bib").read_text(encoding="utf-8"))
-    targets = number_targets(chapters)
-    return {p.name: json.dumps(render_notebook(p, targets, bib), indent=1, ensure_ascii=False) + "\n"
+    targets, pages = number_targets(chapters), page_names(root)
+    return {p.name: json.dumps(render_notebook(p, targets, bib, pages), indent=1, ensure_ascii=False) + "\n"
             for p in chapters}
 
 
