@@ -163,7 +163,8 @@ class Muon(torch.optim.Optimizer):
             ortho = newton_schulz(torch.stack([w for _, w in items]), steps=group["ns_steps"])
             for (p, wide), o in zip(items, ortho):
                 o = o if wide.shape == p.shape else o.mT
-                p.mul_(1 - lr * group["weight_decay"])
+                if group["weight_decay"]:
+                    p.mul_(1 - lr * group["weight_decay"])
                 p.add_(o.to(p.dtype), alpha=-lr * muon_lr_scale(p.shape))
 
     def _adamw_step(self, group: dict, params: list[torch.Tensor]) -> None:
