@@ -13,7 +13,7 @@ without bias, learned positions, GELU, lr 1e-3 -> 1e-4 with 100 warmup steps, Ad
 (0.9, 0.99), weight decay 0.1, clipping 1.0, no dropout). The default recipe changes only what
 the course teaches: RoPE, RMSNorm, SwiGLU, no bias, a higher peak learning rate with warmup and
 cosine decay to ~0, with bf16 matrix products. ``--recipe record`` adds Muon, QK-norm, value
-embeddings and an untied output layer (the records page of the book). See benchmarks/README.md
+embeddings, an untied output layer and canon layers (the records page of the book). See benchmarks/README.md
 for the choices and the measured numbers.
 
 Run:  python benchmarks/train_budget.py --corpus /work/shared/data/tinyshakespeare.txt [--recipe baseline]
@@ -62,11 +62,12 @@ RECIPES = {
     ),
     # The record: ours plus what the 2024-2026 speedruns learned -- Muon for the hidden
     # matrices, QK-norm, value embeddings and an untied output layer (d_ff 368 instead of 384
-    # keeps python-docs' 105-character vocabulary within the parameter limit).
+    # keeps python-docs' 105-character vocabulary within the parameter limit) -- and canon
+    # layers (Allen-Zhu 2025) on the token embeddings and before every feed-forward network.
     "record": dict(
         model=dict(d_model=144, num_heads=8, num_layers=3, d_ff=368, norm="rmsnorm", pos_encoding="rope",
                    activation="swiglu", bias=False, tie_weights=False, qk_norm=True, value_embeddings=True,
-                   attn_impl="sdpa"),
+                   canon="embed+ffn", attn_impl="sdpa"),
         train=dict(lr=2.5e-3, min_lr=2.5e-5, warmup_steps=100, betas=(0.9, 0.99), weight_decay=0.1,
                    grad_clip=1.0, mixed_precision="bf16", optimizer="muon", muon_lr=0.02),
     ),
