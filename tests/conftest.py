@@ -39,6 +39,23 @@ def corpus(tmp_path, monkeypatch):
     return str(tmp_path / "corpus.txt")
 
 
+@pytest.fixture
+def chunked_logits():
+    """``decode(model, ids, chunks)``: the logits of ``ids`` fed to ``model`` through one KV cache
+    in chunks of the given sizes, concatenated (to compare with one full pass), and the cache."""
+    import torch
+
+    def decode(model, ids, chunks):
+        cache = model.make_kv_cache(ids.shape[0])
+        outs, start = [], 0
+        for n in chunks:
+            outs.append(model(ids[:, start:start + n], kv_cache=cache)[0])
+            start += n
+        return torch.cat(outs, 1), cache
+
+    return decode
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _report_max_differences(request):
     """After a test file's tests, print its measured worst differences (``MAX_DIFF``, filled where

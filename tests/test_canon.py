@@ -93,7 +93,7 @@ def test_zero_canon_model_equals_plain_model_and_parameter_count():
 
 @pytest.mark.parametrize("canon", ["embed", "attn", "ffn", "embed+ffn", "embed+attn+ffn"])
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
-def test_cached_decoding_equals_full_pass(canon, norm_position):
+def test_cached_decoding_equals_full_pass(canon, norm_position, chunked_logits):
     """The cache keeps each convolution's last inputs, so one token at a time, or chunks of any
     size, give the full pass's logits; a reset cache starts a new sequence."""
     torch.manual_seed(4)
@@ -104,12 +104,8 @@ def test_cached_decoding_equals_full_pass(canon, norm_position):
     with torch.no_grad():
         full, _ = model(ids)
         for chunks in ([1] * 24, [7, 1, 2, 9, 5]):
-            cache = model.make_kv_cache(3)
-            outs, start = [], 0
-            for n in chunks:
-                outs.append(model(ids[:, start:start + n], kv_cache=cache)[0])
-                start += n
-            torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-5, atol=1e-5)
+            logits, cache = chunked_logits(model, ids, chunks)
+            torch.testing.assert_close(logits, full, rtol=1e-5, atol=1e-5)
             cache.reset()  # a new sequence: the stored inputs of the old one must not leak in
             other = ids.flip(1)
             torch.testing.assert_close(model(other[:, :5], kv_cache=cache)[0], model(other[:, :5])[0],

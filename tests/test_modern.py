@@ -307,7 +307,7 @@ def test_qk_norm_and_value_embeddings_parameter_counts():
 
 
 @pytest.mark.parametrize("attn_impl", ["explicit", "sdpa"])
-def test_qk_norm_value_embeddings_cached_decoding_equals_full_pass(attn_impl):
+def test_qk_norm_value_embeddings_cached_decoding_equals_full_pass(attn_impl, chunked_logits):
     from fundamentallm.generation import generate
 
     torch.manual_seed(13)
@@ -321,12 +321,7 @@ def test_qk_norm_value_embeddings_cached_decoding_equals_full_pass(attn_impl):
     with torch.no_grad():
         full, _ = model(ids)
         for chunks in ([1] * 24, [7, 1, 9, 7]):
-            cache = model.make_kv_cache(3)
-            outs, start = [], 0
-            for n in chunks:
-                outs.append(model(ids[:, start:start + n], kv_cache=cache)[0])
-                start += n
-            torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(chunked_logits(model, ids, chunks)[0], full, rtol=1e-5, atol=1e-5)
         maps = model.attention_maps(ids)  # the return_weights path runs with both options too
         assert len(maps) == 2 and maps[0].shape == (3, 4, 24, 24)
         torch.testing.assert_close(maps[1].sum(-1), torch.ones(3, 4, 24))
