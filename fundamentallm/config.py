@@ -155,7 +155,7 @@ class TransformerConfig:
                 raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads} "
                                  f"(each key/value head serves num_heads / num_kv_heads query heads)")
         if self.canon is not None:
-            places = self.canon.split("+") if isinstance(self.canon, str) else None
+            places = self.canon_places if isinstance(self.canon, str) else None
             if not places or any(p not in CANON_PLACES for p in places) or len(set(places)) != len(places):
                 raise ValueError(f"canon={self.canon!r} must be None or places joined by '+', each at most "
                                  f"once, from {', '.join(map(repr, CANON_PLACES))} (e.g. 'embed+ffn')")

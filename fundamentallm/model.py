@@ -27,11 +27,21 @@ from .registry import ModelRegistry
 POOLINGS = ("first", "mean")
 
 
+def _canon(canon: Optional[CanonLayer], h: torch.Tensor, kv_cache: Optional[KVCache], key,
+           start: int) -> torch.Tensor:
+    """``h`` through a canon layer when the config asks for one at this place (its recent inputs
+    kept in the cache's ``conv`` under ``key`` while decoding), else ``h`` unchanged."""
+    if canon is None:
+        return h
+    return canon(h, state=kv_cache.conv if kv_cache is not None else None, key=key, start=start)
+
+
 class TransformerBlock(nn.Module):
     """One layer. Input/output ``(B, T, d_model)``.
 
     pre-LN  (GPT-2 and later): ``x = x + attn(norm1(x))``; ``x = x + ff(norm2(x))``
     post-LN (Vaswani et al.):  ``x = norm1(x + attn(x))``; ``x = norm2(x + ff(x))``
+    With canon layers (``config.canon``) the input of ``attn`` and/or ``ff`` passes through one first.
     """
 
     def __init__(self, config: TransformerConfig, rope: Optional[RotaryEmbedding] = None) -> None:
@@ -59,21 +69,16 @@ class TransformerBlock(nn.Module):
                 kv_cache: Optional[KVCache] = None, start_pos: int = 0, layer: int = 0,
                 return_weights: bool = False, value_embeds: Optional[torch.Tensor] = None):
         pre = self.norm_position == "pre"
-        state = kv_cache.conv if kv_cache is not None else None
-
-        def canon(place: str, h: torch.Tensor) -> torch.Tensor:
-            layer_ = getattr(self, f"canon_{place}")
-            return h if layer_ is None else layer_(h, state=state, key=(layer, place), start=start_pos)
-
-        out = self.attn(canon("attn", self.norm1(x) if pre else x), mask=mask, kv_cache=kv_cache,
-                        start_pos=start_pos, layer=layer, return_weights=return_weights, value_embeds=value_embeds)
+        h = _canon(self.canon_attn, self.norm1(x) if pre else x, kv_cache, (layer, "attn"), start_pos)
+        out = self.attn(h, mask=mask, kv_cache=kv_cache, start_pos=start_pos, layer=layer,
+                        return_weights=return_weights, value_embeds=value_embeds)
         a, w = out if return_weights else (out, None)
         if pre:
             x = x + self.resid_dropout(a)
-            x = x + self.ff(canon("ffn", self.norm2(x)))
+            x = x + self.ff(_canon(self.canon_ffn, self.norm2(x), kv_cache, (layer, "ffn"), start_pos))
         else:
             x = self.norm1(x + self.resid_dropout(a))
-            x = self.norm2(x + self.ff(canon("ffn", x)))
+            x = self.norm2(x + self.ff(_canon(self.canon_ffn, x, kv_cache, (layer, "ffn"), start_pos)))
         return (x, w) if return_weights else x
 
 
@@ -233,8 +238,7 @@ class _Backbone(nn.Module):
         x = self.token_embedding(input_ids.long())  # (B, T, C)
         if self.pos_encoding is not None:
             x = self.pos_encoding(x, start)
-        if self.canon_embed is not None:
-            x = self.canon_embed(x, state=kv_cache.conv if kv_cache is not None else None, key="embed", start=start)
+        x = _canon(self.canon_embed, x, kv_cache, "embed", start)
         x = self.dropout(x)
         ids = input_ids.long()
         for i, block in enumerate(self.blocks):
