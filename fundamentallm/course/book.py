@@ -141,6 +141,21 @@ def toc_files(root: Path) -> list[str]:
     return found
 
 
+def page_title(path: Path) -> Optional[str]:
+    """The first level-1 heading of a Markdown page, or of a notebook's Markdown cells; None
+    when the file is missing or has none."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    if path.suffix == ".ipynb":
+        cells = nbformat.read(path, as_version=4).cells
+        text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    else:
+        text = path.read_text(encoding="utf-8")
+    m = re.search(r"^#\s+(.+?)\s*$", text, flags=re.M)
+    return m.group(1) if m else None
+
+
 @dataclass
 class Chapter:
     """A chapter notebook of the book and its exercises (from the instructor's source)."""

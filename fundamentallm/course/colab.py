@@ -33,6 +33,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from .book import page_title, toc_files
+
 EDITION_DIR = "colab"
 _DIRECTIVE = re.compile(r"^(\s*)(`{3,}|:{3,})\{([\w-]+)\}[ \t]*(.*)$")
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
@@ -276,30 +278,19 @@ def _cell_id(base: str, suffix: str) -> str:
     return f"{base}-{suffix}"[:64]
 
 
-def _page_title(path: Path) -> Optional[str]:
-    """The first level-1 heading of a Markdown page or of a notebook's Markdown cells."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".ipynb":
-        text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "markdown")
-    m = re.search(r"^#\s+(.+?)\s*$", text, flags=re.M)
-    return m.group(1) if m else None
-
-
 def page_names(root: Path) -> dict[str, str]:
     """What a ``{doc}`` link becomes in the edition, for every page of the toc: a chapter is
     "chapter N" (its notebook in this edition is numbered so); any other page, such as the
     appendix the edition leaves out, is its title in italics."""
     root, out = Path(root), {}
-    toc = (root / "_toc.yml").read_text(encoding="utf-8")
-    for f in re.findall(r"^\s*-?\s*(?:file|root):\s*(\S+)\s*$", toc, flags=re.M):
+    for f in toc_files(root):
         name = Path(f).name
         if _CHAPTER_FILE.fullmatch(name):
             out[name] = f"chapter {chapter_number(Path(name))}"
             continue
-        for ext in (".ipynb", ".md"):
-            if (root / f"{f}{ext}").exists() and (title := _page_title(root / f"{f}{ext}")):
-                out[name] = f"*{title}*"
-                break
+        title = page_title(root / f"{f}.ipynb") or page_title(root / f"{f}.md")
+        if title:
+            out[name] = f"*{title}*"
     return out
 
 
@@ -344,9 +335,7 @@ def render_notebook(path: Path, targets: dict, bib: dict, pages: Optional[dict] 
 def _toc_chapters(root: Path) -> list[Path]:
     """The chapter notebooks of the toc (``NN_name``); appendix pages are not in the edition
     (book/records reads the repository's stored results, which a Colab copy does not have)."""
-    toc = (root / "_toc.yml").read_text(encoding="utf-8")
-    files = re.findall(r"^\s*-?\s*file:\s*(\S+)\s*$", toc, flags=re.M)
-    return [root / f"{f}.ipynb" for f in files
+    return [root / f"{f}.ipynb" for f in toc_files(root)
             if _CHAPTER_FILE.fullmatch(Path(f).name) and (root / f"{f}.ipynb").exists()]
 
 

@@ -21,7 +21,7 @@ from typing import Optional
 import nbformat
 import yaml
 
-from .book import to_student_notebook, toc_files
+from .book import page_title, to_student_notebook, toc_files
 
 INSTRUCTOR_MARK = "instructors"
 
@@ -78,8 +78,7 @@ def student_config(config: dict, repository: Optional[str] = None, execute: bool
 
 
 def _title(path: Path) -> str:
-    m = re.search(r"^#\s+(.+)$", path.read_text(encoding="utf-8"), flags=re.M) if path.exists() else None
-    return m.group(1).strip() if m else path.stem
+    return page_title(path) or path.stem
 
 
 def _unlink(text: str, removed: dict[str, str]) -> str:
