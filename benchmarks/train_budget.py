@@ -38,40 +38,14 @@ from record import save_result  # benchmarks/record.py (the script's folder is o
 from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.__main__ import nonneg_int, positive_int
 from fundamentallm.data import load_corpus, train_val_split
+from fundamentallm.recipes import BUDGET, RECIPES
 from fundamentallm.tokenizers import CharacterTokenizer
 from fundamentallm.training import TrainConfig, Trainer
 
-STEPS, BATCH, BLOCK = 2000, 12, 64  # the budget: 1,536,000 training tokens
-MAX_PARAMS = 810_000
-
-RECIPES = {
-    # nanoGPT's CPU recipe (config/train_shakespeare_char.py with the README's CPU overrides).
-    "baseline": dict(
-        model=dict(d_model=128, num_heads=4, num_layers=4, norm="layernorm", pos_encoding="learned",
-                   activation="gelu", bias=False, tie_weights=True, attn_impl="sdpa"),
-        train=dict(lr=1e-3, min_lr=1e-4, warmup_steps=100, betas=(0.9, 0.99), weight_decay=0.1,
-                   grad_clip=1.0),
-    ),
-    # The course's choices at the same size and budget, with AdamW; matrix products in bf16
-    # (autocast; the weights, the optimizer and the attention stay float32).
-    "ours": dict(
-        model=dict(d_model=144, num_heads=8, num_layers=3, norm="rmsnorm", pos_encoding="rope",
-                   activation="swiglu", bias=False, tie_weights=True, attn_impl="sdpa"),
-        train=dict(lr=2.5e-3, min_lr=2.5e-5, warmup_steps=100, betas=(0.9, 0.99), weight_decay=0.1,
-                   grad_clip=1.0, mixed_precision="bf16"),
-    ),
-    # The record: ours plus what the 2024-2026 speedruns learned -- Muon for the hidden
-    # matrices, QK-norm, value embeddings and an untied output layer (d_ff 368 instead of 384
-    # keeps python-docs' 105-character vocabulary within the parameter limit) -- and canon
-    # layers (Allen-Zhu 2025) on the token embeddings and before every feed-forward network.
-    "record": dict(
-        model=dict(d_model=144, num_heads=8, num_layers=3, d_ff=368, norm="rmsnorm", pos_encoding="rope",
-                   activation="swiglu", bias=False, tie_weights=False, qk_norm=True, value_embeddings=True,
-                   canon="embed+ffn", attn_impl="sdpa"),
-        train=dict(lr=2.5e-3, min_lr=2.5e-5, warmup_steps=100, betas=(0.9, 0.99), weight_decay=0.1,
-                   grad_clip=1.0, mixed_precision="bf16", optimizer="muon", muon_lr=0.02),
-    ),
-}
+# The budget and the recipes live in the package (fundamentallm/recipes.py), where the command
+# line's `train --recipe NAME` reads them too.
+STEPS, BATCH, BLOCK = BUDGET["steps"], BUDGET["batch_size"], BUDGET["block_size"]  # 1,536,000 tokens
+MAX_PARAMS = BUDGET["max_params"]
 
 
 def parse_overrides(items: list[str]) -> tuple[dict, dict]:
@@ -212,7 +186,7 @@ def main() -> None:
                         help="instead of training to the budget, profile STEPS steps of each recipe and "
                              "print where the time goes")
     parser.add_argument("--steps", type=positive_int, default=STEPS, help="change only for quick trials")
-    parser.add_argument("--seed", type=nonneg_int, default=1337)
+    parser.add_argument("--seed", type=nonneg_int, default=BUDGET["seed"])
     parser.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--save", default=None, metavar="PATH",
                         help="also write the JSON result to PATH (e.g. benchmarks/results/NAME.json)")
@@ -236,7 +210,7 @@ def main() -> None:
     text = load_corpus(args.corpus)
     tokenizer = CharacterTokenizer.from_text(text)
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    train_ids, val_ids = train_val_split(ids, 0.1)
+    train_ids, val_ids = train_val_split(ids, BUDGET["val_fraction"])
     print(f"corpus={args.corpus} chars={len(text)} vocab={tokenizer.vocab_size} "
           f"train_tokens={len(train_ids)} val_tokens={len(val_ids)} "
           f"threads={torch.get_num_threads()} load={load_start}", flush=True)

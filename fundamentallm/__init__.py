@@ -10,6 +10,7 @@ The names below are imported on first use (PEP 562), so ``import fundamentallm``
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import Any
 
 __version__ = "0.1.0"
@@ -37,14 +38,16 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-_SUBMODULES = ("attention", "canon", "checkpoint", "checks", "config", "course", "data", "distributed",
-               "feedforward", "generation", "gradcheck", "interop", "model", "moe", "muon", "norms", "positions",
-               "registry", "tokenizers", "training", "utils", "viz")
+
+
+def _submodules() -> set[str]:
+    """Every module and subpackage of the package (read from the folder, so none is missed)."""
+    return {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
 
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
-        if name in _SUBMODULES:  # ``fundamentallm.viz`` without an explicit import, as before
+        if name in _submodules():  # ``fundamentallm.viz`` without an explicit import, as before
             return importlib.import_module(f".{name}", __name__)
         raise AttributeError(f"module 'fundamentallm' has no attribute {name!r}")
     module = importlib.import_module(f".{_EXPORTS[name]}", __name__)

@@ -13,16 +13,14 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from .recipes import OPTIMIZERS, PRECISIONS, PRESETS, RECIPES  # torch-free: --help stays instant
 from .run import CommandError
 
 DEFAULT_OUT = "runs/latest"
-PRESETS = ("nano", "micro", "tiny", "gpt2")  # fundamentallm.config.PRESETS, without importing torch
-# fundamentallm.training.OPTIMIZERS and PRECISIONS, likewise (tests/test_cli.py checks they agree)
-OPTIMIZERS = ("adamw", "muon")
-PRECISIONS = ("auto", "bf16", "fp16", "off")
 EPILOG = """examples:
   python -m fundamentallm train --steps 200          # the built-in corpus, a CPU-sized model
   python -m fundamentallm train --resume             # continue runs/latest after Ctrl-C
+  python -m fundamentallm train --recipe record      # the records page's run (CPU budget)
   python -m fundamentallm generate --prompt "def "   # sample from runs/latest
   python -m fundamentallm evaluate                   # full validation loss of runs/latest
   python -m fundamentallm doctor                     # versions, device, chapter imports
@@ -83,7 +81,11 @@ def _build_parser() -> argparse.ArgumentParser:
                            "--save-interval steps, at the end, and on Ctrl-C.")
     train.add_argument("--corpus", default="python-docs", help="'python-docs' (built in), "
                        "'tinyshakespeare' (downloaded once) or the path of a UTF-8 text file")
-    train.add_argument("--preset", default="micro", choices=PRESETS, help="model size")
+    train.add_argument("--preset", default="micro", choices=list(PRESETS), help="model size")
+    train.add_argument("--recipe", default=None, choices=list(RECIPES),
+                       help="train a recipe of fundamentallm/recipes.py on the CPU budget's terms (the "
+                       "records page's runs: its model and training settings, 2000 steps x 12 x 64 "
+                       "characters, seed 1337); flags you give still override it")
     train.add_argument("--tokenizer", default="char", choices=("char", "bpe"), help="tokenizer kind")
     train.add_argument("--vocab-size", type=positive_int, default=512, help="BPE vocabulary size (>= 256)")
     train.add_argument("--block-size", type=positive_int, default=None, help="context length (None: the preset's)")
@@ -192,7 +194,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
     import torch
 
     from .data import load_corpus, train_val_split
-    from .training import TrainConfig, Trainer
+    from .training import evaluate
 
     ckpt = _load(args.checkpoint, args.device)
     corpus = args.corpus if args.corpus is not None else ckpt.extra.get("corpus")
@@ -205,9 +207,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
     if len(val_ids) < T + 1:
         raise CommandError(f"the validation split of {corpus!r} has {len(val_ids)} tokens, fewer than one "
                            f"window of {T + 1}; pass a larger --val-fraction or a longer corpus")
-    tc = TrainConfig(batch_size=args.batch_size, device=str(next(ckpt.model.parameters()).device),
-                     progress=False)
-    result = Trainer(ckpt.model, val_ids, val_ids, tc).evaluate()
+    result = evaluate(ckpt.model, val_ids, batch_size=args.batch_size)
     bits = result["val_loss"] / math.log(2)
     print(f"{args.checkpoint}: validation loss {result['val_loss']:.4f} nats/token "
           f"(perplexity {result['val_perplexity']:.2f}, {bits:.3f} bits/token) over "

@@ -127,13 +127,33 @@ def _swap_into_place(stage: Path, path: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def verify_manifest(path: Path, names: tuple[str, ...]) -> Optional[int]:
-    """Check every file against ``manifest.json``; return the manifest's step."""
+def _read_manifest(path: Path) -> tuple[dict, Optional[int]]:
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-        files, step = manifest["files"], manifest["step"]
+        return manifest["files"], manifest["step"]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
         raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupt ({err!r})") from err
+
+
+def verify_file(path: Path, name: str) -> None:
+    """Check one file against ``manifest.json`` (its size and SHA-256)."""
+    entry = _read_manifest(path)[0].get(name)
+    file = path / name
+    if entry is None:
+        raise CheckpointError(f"checkpoint {path}: {name} is not in {MANIFEST}; it was left by "
+                              f"another save. Delete it or save the checkpoint again")
+    if not file.is_file():
+        raise CheckpointError(f"checkpoint {path}: {name} is missing (listed in {MANIFEST})")
+    if file.stat().st_size != entry.get("bytes") or _sha256(file) != entry.get("sha256"):
+        raise CheckpointError(f"checkpoint {path}: {name} does not match the SHA-256 in {MANIFEST} "
+                              f"(the file was changed, truncated or comes from another save)")
+
+
+def verify_manifest(path: Path, names: tuple[str, ...], deferred: tuple[str, ...] = ()) -> Optional[int]:
+    """Check every file against ``manifest.json``; return the manifest's step. The files in
+    ``deferred`` are only checked to exist with their listed size here (no hashing): their
+    reader calls :func:`verify_file` if and when it reads them."""
+    files, step = _read_manifest(path)
     for name in names:
         if name not in files and (path / name).exists():
             raise CheckpointError(f"checkpoint {path}: {name} is not in {MANIFEST}; it was left by "
@@ -144,7 +164,8 @@ def verify_manifest(path: Path, names: tuple[str, ...]) -> Optional[int]:
             raise CheckpointError(f"checkpoint {path}: {MANIFEST} lists an unknown file {name!r}")
         if not file.is_file():
             raise CheckpointError(f"checkpoint {path}: {name} is missing (listed in {MANIFEST})")
-        if file.stat().st_size != entry.get("bytes") or _sha256(file) != entry.get("sha256"):
+        if file.stat().st_size != entry.get("bytes") or (name not in deferred
+                                                         and _sha256(file) != entry.get("sha256")):
             raise CheckpointError(f"checkpoint {path}: {name} does not match the SHA-256 in {MANIFEST} "
                                   f"(the file was changed, truncated or comes from another save)")
     return step

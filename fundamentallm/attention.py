@@ -105,10 +105,12 @@ class KVCache:
     D)``: with grouped-query attention only the ``H_kv`` key/value heads are stored. The first
     ``length`` positions are filled in every layer.
 
-    One forward pass reads ``length`` once (the position offset of its tokens), each layer
-    :meth:`write`s its new keys/values at that offset, and the model calls :meth:`advance` once
-    at the end. ``conv`` holds, for models with canon layers, the last few inputs of each of
-    those convolutions (:class:`~fundamentallm.canon.CanonLayer` keeps it up to date).
+    The cache owns the decoding position: ``length`` is where the next tokens go. In one forward
+    pass each layer reads it and :meth:`write`s its new keys/values there (a layer knows its
+    index from construction); whoever runs the pass calls :meth:`advance` once at the end (the
+    model does; a lone attention layer's caller does). Nobody passes the position back in.
+    ``conv`` holds, for models with canon layers, the last few inputs of each of those
+    convolutions (:class:`~fundamentallm.canon.CanonLayer` keeps it up to date).
     """
 
     def __init__(self, batch_size: int, num_kv_heads: int, head_dim: int, max_seq_len: int,
@@ -125,9 +127,10 @@ class KVCache:
         self.length = 0
         self.conv: dict = {}  # canon layers' recent inputs, by place (read only when length > 0)
 
-    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store layer ``layer``'s ``(B, H_kv, T, D)`` keys/values at positions ``start..start+T-1``;
-        return that layer's keys/values for positions ``0..start+T-1``: ``(B, H_kv, start + T, D)``."""
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store layer ``layer``'s ``(B, H_kv, T, D)`` keys/values at positions ``length..length+T-1``;
+        return that layer's keys/values for positions ``0..length+T-1``: ``(B, H_kv, length + T, D)``."""
+        start = self.length
         B, H, T, D = k.shape
         held = (self.k.shape[1], self.k.shape[2], self.k.shape[4])
         if (B, H, D) != held:
@@ -173,15 +176,23 @@ class MultiHeadAttention(nn.Module):
     head's queries and keys before RoPE, so their dot products cannot grow without bound
     (Dehghani et al. 2023; Qwen3). ``forward(..., value_embeds=E)`` adds ``E`` ``(B, T, H_kv·D)``
     to the values (value embeddings).
-    With a :class:`KVCache`, the new tokens sit at positions ``start_pos..`` and their keys and
-    values are written to the cache's layer ``layer``; the caller advances the cache.
+    With a :class:`KVCache`, the new tokens sit at the cache's positions ``length..`` and their
+    keys and values are written to the cache's layer ``layer_idx`` (given at construction); the
+    caller advances the cache. ``token_positions`` (an integer tensor ``(T,)`` or ``(B, T)``)
+    gives RoPE other positions than ``length..length+T-1`` (packed sequences, left padding); the
+    causal mask still follows the order of the tokens. ``rope`` is a registered submodule, shared
+    by every layer of a model (its tables are non-persistent buffers: no state-dict entries).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  causal: bool = False, fused_qkv: bool = True, rope: Optional[RotaryEmbedding] = None,
                  use_sdpa: bool = False, num_kv_heads: Optional[int] = None, qkv_bias: Optional[bool] = None,
-                 sliding_window: Optional[int] = None, qk_norm: bool = False, norm_eps: float = 1e-6) -> None:
+                 sliding_window: Optional[int] = None, qk_norm: bool = False, norm_eps: float = 1e-6,
+                 layer_idx: int = 0) -> None:
         super().__init__()
+        if isinstance(layer_idx, bool) or not isinstance(layer_idx, int) or layer_idx < 0:
+            raise ValueError(f"layer_idx={layer_idx!r} must be an integer >= 0")
+        self.layer_idx = layer_idx
         if not isinstance(num_heads, int) or num_heads < 1 or d_model % num_heads != 0:
             raise ValueError(f"num_heads={num_heads} must be a positive integer dividing d_model={d_model}")
         kv = num_heads if num_kv_heads is None else num_kv_heads
@@ -206,8 +217,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.q_norm = RMSNorm(self.head_dim, eps=norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, eps=norm_eps) if qk_norm else None
-        # Shared with the other layers, so not registered as a submodule here.
-        self._rope = [rope] if rope is not None else []
+        self.rope = rope  # shared with the other layers of a model
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, H·D) -> (B, H, T, D), for any number of heads H."""
@@ -230,22 +240,21 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                kv_cache: Optional[KVCache] = None, start_pos: int = 0, layer: int = 0,
+                kv_cache: Optional[KVCache] = None, token_positions: Optional[torch.Tensor] = None,
                 return_weights: bool = False, value_embeds: Optional[torch.Tensor] = None):
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"MultiHeadAttention expects input (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
         B, T, C = x.shape
+        start = kv_cache.length if kv_cache is not None else 0  # the cache owns the position
         q, k, v = self.project_qkv(x)  # (B, H, T, D), (B, H_kv, T, D) x 2
         if value_embeds is not None:
             v = v + self.split_heads(value_embeds)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self._rope:
-            q, k = self._rope[0](q, start_pos), self._rope[0](k, start_pos)
+        if self.rope is not None:
+            q, k = self.rope(q, start, token_positions), self.rope(k, start, token_positions)
         if kv_cache is not None:
-            k, v = kv_cache.write(layer, start_pos, k, v)  # (B, H_kv, start + T, D)
-        elif start_pos:
-            raise ValueError(f"start_pos={start_pos} needs a kv_cache holding the earlier positions")
+            k, v = kv_cache.write(self.layer_idx, k, v)  # (B, H_kv, start + T, D)
         T_k = k.shape[2]
         if mask is not None:  # check before combining with the causal mask
             _check_mask(mask, torch.Size((B, self.num_heads, T, T_k)))
@@ -256,11 +265,11 @@ class MultiHeadAttention(nn.Module):
         is_causal = False
         if self.causal and T == 1 and (self.sliding_window is None or T_k <= self.sliding_window):
             pass  # one query, at the newest position, every key within reach: nothing to mask
-        elif self.causal and use_sdpa and mask is None and start_pos == 0 and self.sliding_window is None \
+        elif self.causal and use_sdpa and mask is None and start == 0 and self.sliding_window is None \
                 and groups == 1:
             is_causal = True  # no cache offset: the fused kernel applies the causal mask itself
         elif self.causal:
-            allowed = allowed_keys(T, T_k, start_pos, self.sliding_window, device=x.device)  # (T, T_k)
+            allowed = allowed_keys(T, T_k, start, self.sliding_window, device=x.device)  # (T, T_k)
             if mask is None:
                 mask = allowed
             elif mask.dtype == torch.bool:

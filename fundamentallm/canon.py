@@ -25,8 +25,6 @@ Magic of Canon Layers" (2025), SSRN 5240330, arXiv:2512.17351.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -69,29 +67,30 @@ class CanonLayer(nn.Module):
     ``groups=d_model`` on the left-padded sequence, gradients included (``tests/test_canon.py``
     checks both; the backward pass is written out, see ``_ShiftedSum``).
 
-    For decoding with a cache, ``forward(x, state=..., start=...)`` continues a sequence: ``state``
-    is a dict in which this layer keeps, under ``key``, the last ``kernel_size - 1`` inputs it saw
-    (a :class:`~fundamentallm.attention.KVCache` holds one for every layer); with ``start == 0``
-    the sequence begins and the stored inputs are ignored.
+    For decoding, ``forward(x, kv_cache)`` continues the cache's sequence: the layer keeps the
+    last ``kernel_size - 1`` inputs it saw in the cache's ``conv`` dict under its ``key`` (its
+    place in the model, given at construction, like an attention layer's index) and reads the
+    position from the cache: at ``kv_cache.length == 0`` the sequence begins and the stored
+    inputs are ignored.
     """
 
-    def __init__(self, d_model: int, kernel_size: int = 4) -> None:
+    def __init__(self, d_model: int, kernel_size: int = 4, key: object = None) -> None:
         super().__init__()
         for name, value in (("d_model", d_model), ("kernel_size", kernel_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
-        self.kernel_size = kernel_size
+        self.kernel_size, self.key = kernel_size, key
         self.weight = nn.Parameter(torch.zeros(d_model, kernel_size))  # zero: starts as the identity
 
-    def forward(self, x: torch.Tensor, state: Optional[dict] = None, key: object = None,
-                start: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv_cache=None) -> torch.Tensor:
         K = self.kernel_size
-        if state is not None and start > 0 and key in state:
-            padded = torch.cat([state[key], x], dim=1)  # the K - 1 inputs before this chunk, then x
+        state = kv_cache.conv if kv_cache is not None else None
+        if state is not None and kv_cache.length > 0 and self.key in state:
+            padded = torch.cat([state[self.key], x], dim=1)  # the K - 1 inputs before this chunk, then x
         else:
             padded = F.pad(x, (0, 0, K - 1, 0))  # (B, K - 1 + T, C): zeros before the first token
         if state is not None:
-            state[key] = padded[:, padded.shape[1] - (K - 1):].detach()
+            state[self.key] = padded[:, padded.shape[1] - (K - 1):].detach()
         return _ShiftedSum.apply(padded, self.weight.to(x.dtype))
 
     def extra_repr(self) -> str:

@@ -8,7 +8,8 @@ A checkpoint is a directory:
 * ``tokenizer.json`` -- the tokenizer, if one was given;
 * ``trainer.pt`` -- optimizer moments, RNG states and the history of a :class:`Trainer`
   (or a bare optimizer), read back with ``torch.load(weights_only=True)``, which refuses to
-  unpickle anything but tensors and plain containers;
+  unpickle anything but tensors and plain containers; it is read (and verified) only when
+  training state is asked for, so generating from a checkpoint never touches it;
 * ``manifest.json`` -- the step and each file's size and SHA-256, written last.
 
 Saving never damages the previous checkpoint: the files are written into a hidden sibling
@@ -26,12 +27,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -42,30 +41,41 @@ from .atomic import (
     CheckpointError,
     check_output_dir,
     locate,
+    verify_file,
     verify_manifest,
     write_directory,
 )
 from .config import TransformerConfig
-from .model import Transformer, TransformerClassifier
+from .model import TransformerClassifier
+from .registry import ModelRegistry
 from .tokenizers import Tokenizer
+from .utils import rng_state, set_rng_state
 
 FORMAT_VERSION = 2
 FILES = ("model.safetensors", "checkpoint.json", "tokenizer.json", "trainer.pt")
 READABLE_VERSIONS = (1, 2)  # version 1: the same files, without a manifest
-MODEL_CLASSES = {"Transformer": Transformer, "TransformerClassifier": TransformerClassifier}
 PathLike = Union[str, os.PathLike]
 
 
 @dataclass
 class Checkpoint:
-    """What :func:`load_checkpoint` returns."""
+    """What :func:`load_checkpoint` returns. ``trainer_state`` (the saved Trainer's state, or
+    None) reads ``trainer.pt`` the first time it is asked for, not before."""
 
     model: nn.Module
     config: TransformerConfig
     tokenizer: Optional[Tokenizer] = None
     step: Optional[int] = None
     extra: dict[str, Any] = field(default_factory=dict)
-    trainer_state: Optional[dict[str, Any]] = None
+    path: Optional[Path] = field(default=None, repr=False)
+    verify: bool = field(default=True, repr=False)
+    _training: Optional[dict[str, Any]] = field(default=None, repr=False)
+
+    @property
+    def trainer_state(self) -> Optional[dict[str, Any]]:
+        if self._training is None:
+            self._training = _read_training(self.path, self.step, self.verify) if self.path else {}
+        return self._training.get("trainer")
 
 
 def _unique_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -79,26 +89,6 @@ def _unique_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, 
             seen[key] = name
             state[name] = tensor.detach().contiguous().cpu()
     return state, aliases
-
-
-def _rng_state() -> dict[str, Any]:
-    _, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
-             "numpy": [torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)]}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate((3, tuple(state["python"]), None))
-    keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 
 
 def save_checkpoint(path: PathLike, model: nn.Module, config: Optional[TransformerConfig] = None,
@@ -142,9 +132,9 @@ def save_checkpoint(path: PathLike, model: nn.Module, config: Optional[Transform
         (stage / "checkpoint.json").write_text(text, encoding="utf-8")
         if tokenizer is not None:
             tokenizer.save(stage / "tokenizer.json")
-        blob: dict[str, Any] = {"rng": _rng_state()}
-        if trainer is not None:
-            blob["trainer"] = trainer.state_dict()
+        # The global RNG states, captured once (utils.rng_state): in the trainer's state when
+        # there is one, else here.
+        blob: dict[str, Any] = {"trainer": trainer.state_dict()} if trainer is not None else {"rng": rng_state()}
         if optimizer is not None:
             blob["optimizer"] = optimizer.state_dict()
         torch.save(blob, stage / "trainer.pt")
@@ -173,6 +163,14 @@ def _load_weights(path: Path, model: nn.Module) -> None:
     for alias, name in aliases.items():
         loaded[alias] = loaded[name]
     model.load_state_dict(loaded)
+
+
+def read_meta(path: PathLike) -> dict[str, Any]:
+    """The metadata of the checkpoint in ``path`` (its ``checkpoint.json``: format version, model
+    class and arguments, config, step, ``extra``), checked, without reading any other file."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    return _read_meta(locate(Path(path)))[0]
 
 
 def _read_meta(path: Path) -> tuple[dict[str, Any], TransformerConfig]:
@@ -219,9 +217,11 @@ def load_checkpoint(path: PathLike, model: Optional[nn.Module] = None, trainer=N
     that includes the batch generator and RNG states, so ``trainer.fit()`` continues exactly.
     ``restore_rng=True`` also restores the global RNG states saved at the time of saving.
 
-    Every file is first checked against ``manifest.json`` (size and SHA-256); a mismatch raises
-    :class:`CheckpointError` (a ``ValueError``) naming the file. ``verify=False`` skips that check,
-    e.g. for a checkpoint written before manifests existed.
+    Every file it reads is first checked against ``manifest.json`` (size and SHA-256); a
+    mismatch raises :class:`CheckpointError` (a ``ValueError``) naming the file. ``verify=False``
+    skips that check, e.g. for a checkpoint written before manifests existed. ``trainer.pt`` is
+    read only for ``trainer``, ``optimizer``, ``restore_rng`` or the returned checkpoint's
+    ``trainer_state``.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
@@ -238,17 +238,18 @@ def load_checkpoint(path: PathLike, model: Optional[nn.Module] = None, trainer=N
             raise CheckpointError(f"checkpoint {path} has no {MANIFEST}, so its files cannot be "
                                   f"verified (an older format, or copied by hand); pass verify=False "
                                   f"to load it anyway")
-        manifest_step = verify_manifest(path, FILES)
+        manifest_step = verify_manifest(path, FILES, deferred=("trainer.pt",))
     meta, config = _read_meta(path)
     if verify and meta.get("step") != manifest_step:
         raise CheckpointError(f"checkpoint {path}: checkpoint.json is from step {meta.get('step')} but "
                               f"{MANIFEST} from step {manifest_step}")
     cls_name = meta["model_class"]
     if model is None:
-        if cls_name not in MODEL_CLASSES:
+        model_cls = ModelRegistry.builtin_class(cls_name)
+        if model_cls is None:
             raise ValueError(f"checkpoint {path} holds a {cls_name}; pass model= to load it "
-                             f"(built-in classes: {', '.join(MODEL_CLASSES)})")
-        model = MODEL_CLASSES[cls_name](config, **meta["model_kwargs"])
+                             f"(built-in classes: {', '.join(ModelRegistry.builtin_classes())})")
+        model = model_cls(config, **meta["model_kwargs"])
     else:
         own = getattr(model, "config", None)
         if isinstance(own, TransformerConfig) and own != config:
@@ -264,30 +265,43 @@ def load_checkpoint(path: PathLike, model: Optional[nn.Module] = None, trainer=N
         if tokenizer.vocab_size > config.vocab_size:
             raise CheckpointError(f"checkpoint {path}: tokenizer.json has vocab_size={tokenizer.vocab_size} "
                                   f"but the model only {config.vocab_size}")
-    trainer_state = None
-    if (path / "trainer.pt").exists():
-        try:
-            blob = torch.load(path / "trainer.pt", map_location="cpu", weights_only=True)
-        except (RuntimeError, pickle.UnpicklingError, EOFError, OSError) as err:
-            raise CheckpointError(f"checkpoint {path}: trainer.pt is corrupt or holds more than tensors "
-                                  f"and plain containers ({err})") from err
-        if not isinstance(blob, dict) or "rng" not in blob:
-            raise CheckpointError(f"checkpoint {path}: trainer.pt does not hold a training state")
-        trainer_state = blob.get("trainer")
-        if trainer_state is not None and trainer_state.get("step") != meta.get("step"):
-            raise CheckpointError(f"checkpoint {path}: trainer.pt is from step {trainer_state.get('step')} "
-                                  f"but checkpoint.json from step {meta.get('step')}")
-        if restore_rng:
-            _set_rng_state(blob["rng"])
-        if trainer is not None:
-            if trainer_state is None:
-                raise ValueError(f"checkpoint {path} holds no trainer state (saved without trainer=)")
-            trainer.load_state_dict(trainer_state)
-        if optimizer is not None:
-            state = blob.get("optimizer") or (trainer_state or {}).get("optimizer")
-            if state is None:
-                raise ValueError(f"checkpoint {path} holds no optimizer state")
-            optimizer.load_state_dict(state)
-    elif trainer is not None or optimizer is not None or restore_rng:
+    ckpt = Checkpoint(model, config, tokenizer, meta.get("step"), meta.get("extra", {}), path, verify)
+    if trainer is None and optimizer is None and not restore_rng:
+        return ckpt
+    if not (path / "trainer.pt").exists():
         raise ValueError(f"checkpoint {path} has no trainer.pt to restore training state from")
-    return Checkpoint(model, config, tokenizer, meta.get("step"), meta.get("extra", {}), trainer_state)
+    blob = ckpt._training = _read_training(path, ckpt.step, verify)
+    trainer_state = blob.get("trainer")
+    if trainer is not None:
+        if trainer_state is None:
+            raise ValueError(f"checkpoint {path} holds no trainer state (saved without trainer=)")
+        trainer.load_state_dict(trainer_state)
+    if optimizer is not None:
+        state = blob.get("optimizer") or (trainer_state or {}).get("optimizer")
+        if state is None:
+            raise ValueError(f"checkpoint {path} holds no optimizer state")
+        optimizer.load_state_dict(state)
+    if restore_rng:
+        set_rng_state(blob["rng"] if "rng" in blob else trainer_state["rng"])
+    return ckpt
+
+
+def _read_training(path: Path, step: Optional[int], verify: bool) -> dict[str, Any]:
+    """``trainer.pt``'s contents (``{}`` when the checkpoint has none), checked against the
+    manifest and against ``checkpoint.json``'s step."""
+    if not (path / "trainer.pt").exists():
+        return {}
+    if verify:
+        verify_file(path, "trainer.pt")
+    try:
+        blob = torch.load(path / "trainer.pt", map_location="cpu", weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, EOFError, OSError) as err:
+        raise CheckpointError(f"checkpoint {path}: trainer.pt is corrupt or holds more than tensors "
+                              f"and plain containers ({err})") from err
+    trainer_state = blob.get("trainer") if isinstance(blob, dict) else None
+    if not isinstance(blob, dict) or not ("rng" in blob or "rng" in (trainer_state or {})):
+        raise CheckpointError(f"checkpoint {path}: trainer.pt does not hold a training state")
+    if trainer_state is not None and trainer_state.get("step") != step:
+        raise CheckpointError(f"checkpoint {path}: trainer.pt is from step {trainer_state.get('step')} "
+                              f"but checkpoint.json from step {step}")
+    return blob

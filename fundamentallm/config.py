@@ -11,36 +11,18 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-NORMS = ("layernorm", "rmsnorm")
-NORM_POSITIONS = ("pre", "post")
-POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
-ACTIVATIONS = ("gelu", "relu", "swiglu", "relu2")
-ATTN_IMPLS = ("explicit", "sdpa")
-ROPE_SCALINGS = ("linear", "llama3")
-CANON_PLACES = ("embed", "attn", "ffn")  # where canon layers go (fundamentallm/canon.py)
-# The keys each RoPE scaling rule takes (besides "rope_type"), as in Hugging Face's configs.
-ROPE_SCALING_KEYS = {
-    "linear": ("factor",),
-    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-}
-
-# Named sizes for teaching and benchmarks. Sizes only: architecture choices (norm, positions,
-# activation, ...) are passed as overrides, e.g. preset("nano", pos_encoding="rope").
-PRESETS: dict[str, dict[str, Any]] = {
-    # ~0.1M parameters with a 65-character vocabulary: trains in seconds on a laptop CPU.
-    "nano": dict(d_model=64, num_heads=4, num_layers=2, max_seq_len=64),
-    # ~0.8M parameters: the size of the well-known minimal-GPT CPU recipe.
-    "micro": dict(d_model=128, num_heads=4, num_layers=4, max_seq_len=128),
-    # ~3-5M parameters: minutes on a CPU, seconds on a GPU.
-    "tiny": dict(d_model=256, num_heads=8, num_layers=6, max_seq_len=256),
-    # GPT-2 small (124M with the GPT-2 vocabulary): for speed benchmarks and weight import.
-    "gpt2": dict(vocab_size=50257, d_model=768, num_heads=12, num_layers=12, max_seq_len=1024),
-}
-
-
-def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not supported; allowed values: {', '.join(map(repr, allowed))}")
+from .recipes import (  # noqa: F401  (re-exported: the lists of allowed values live in recipes.py)
+    ACTIVATIONS,
+    ATTN_IMPLS,
+    CANON_PLACES,
+    NORM_POSITIONS,
+    NORMS,
+    POS_ENCODINGS,
+    PRESETS,
+    ROPE_SCALING_KEYS,
+    ROPE_SCALINGS,
+)
+from .recipes import check_choice as _check_choice
 
 
 def _check_int(name: str, value: Any, minimum: int = 1) -> None:

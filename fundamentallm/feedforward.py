@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ACTIVATIONS = ("gelu", "relu", "swiglu", "relu2")
+from .recipes import ACTIVATIONS
 
 
 class FeedForward(nn.Module):

@@ -14,16 +14,29 @@ The filters are applied in that order (temperature, top-k, top-p), as in Hugging
 feeds only the newest token, reusing the keys and values cached by every layer: a step costs
 O(T) attention instead of a full O(T²) forward over the whole sequence, and gives the same
 logits (up to float rounding) and the same greedy tokens -- the tests check both.
+
+What this module needs from a model (it does not import ``model.py``): ``model(ids)`` returning
+logits ``(B, T, V)`` (or a tuple starting with them) -- that is enough -- and, when present,
+``model.next_token_logits(ids, kv_cache=None)`` -> ``(B, V)``, ``model.make_kv_cache(B)`` (a
+cache that the model advances itself), ``model.config.max_seq_len`` / ``vocab_size``, and
+``model.check_values(ids)`` (the model's own input check, run once on the prompt).
+
+Checks run once per call, before the first token; a decoding step reads nothing back on the
+host except, with ``stop``, whether every row has finished (``benchmarks/host_syncs.py``
+counts them).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from typing import Optional, Union
 
 import numpy as np
 import torch
 from torch import nn
+
+from .utils import inputs_checked
 
 StopTokens = Optional[Union[int, Iterable[int]]]
 
@@ -36,6 +49,15 @@ def _check_temperature(temperature: float) -> None:
     if not temperature > 0:
         raise ValueError(f"temperature={temperature!r} must be > 0; for deterministic decoding "
                          f"use greedy=True instead of temperature=0")
+    if not math.isfinite(temperature):
+        raise ValueError(f"temperature={temperature!r} must be finite: an infinite temperature makes "
+                         f"every logit 0 (a uniform draw that ignores top_k and top_p)")
+
+
+def _check_generator(generator) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator={generator!r} must be None or a torch.Generator "
+                        f"(e.g. torch.Generator().manual_seed(0))")
 
 
 def _check_top_k(top_k: int | None) -> None:
@@ -161,18 +183,28 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     _check_temperature(temperature)
     _check_top_k(top_k)
     _check_top_p(top_p)
+    _check_generator(generator)
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape (B, vocab_size), got {tuple(logits.shape)}")
     _check_finite_logits(logits)
+    return _sample(logits, temperature, top_k, top_p, greedy, generator)
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+            greedy: bool, generator: torch.Generator | None) -> torch.Tensor:
+    """:func:`sample_next` on arguments checked already: a decoding step's sampler."""
     if greedy:
         return logits.argmax(dim=-1)
-    scaled = apply_temperature(logits, temperature)
-    if temperature < 1.0 and bool((torch.isposinf(scaled) | torch.isnan(scaled)).any()):
+    scaled = logits if temperature == 1.0 else logits / temperature
+    if temperature < 1.0:
         # subtle: a tiny temperature overflows logits / τ to inf (inf - inf = NaN in the softmax),
         # or underflows to 0 in float32 (0 / 0). Shifting each row's maximum to 0 and dividing
-        # in float64 leaves the distribution unchanged and finite: it tends to the argmax.
-        shifted = (logits - logits.amax(dim=-1, keepdim=True)).double()
-        scaled = apply_temperature(shifted, temperature)
+        # in float64 leaves the distribution unchanged and finite: it tends to the argmax. The
+        # rows that need it are picked on the device (a host read here would cost one per token);
+        # float64 holds the other rows' float32 values exactly.
+        overflow = (torch.isposinf(scaled) | torch.isnan(scaled)).any(dim=-1, keepdim=True)
+        safe = (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature
+        scaled = torch.where(overflow, safe, scaled.double())
     logits = scaled
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
@@ -210,12 +242,8 @@ def _max_seq_len(model: nn.Module) -> int | None:
 
 def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None) -> torch.Tensor:
     """Next-token logits ``(B, V)`` for the last position of ``ids (B, T)``."""
-    if hasattr(model, "hidden_states") and isinstance(getattr(model, "lm_head", None), nn.Linear):
-        # A fundamentallm Transformer (recognised by its parts, so this module need not import
-        # model.py). Project only the last position to the vocabulary: the other T-1 rows of
-        # logits are thrown away anyway, and with a 50k vocabulary they would cost a large matmul.
-        h = model.hidden_states(ids, kv_cache=kv_cache)  # (B, T, C)
-        return model.lm_head(h[:, -1])  # (B, V)
+    if hasattr(model, "next_token_logits"):
+        return model.next_token_logits(ids, kv_cache=kv_cache)  # (B, V)
     out = model(ids, kv_cache=kv_cache) if kv_cache is not None else model(ids)
     logits = out[0] if isinstance(out, (tuple, list)) else out
     return logits[:, -1]
@@ -223,7 +251,7 @@ def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None) -> torch.Te
 
 def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float,
              top_k: int | None, top_p: float | None, greedy: bool, use_cache: bool,
-             truncate: bool) -> tuple[torch.Tensor, bool]:
+             truncate: bool, generator) -> tuple[torch.Tensor, bool]:
     """Validate everything up front (before any token is produced); return the ids as (B, T)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -243,11 +271,14 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
     for name, value in (("greedy", greedy), ("use_cache", use_cache), ("truncate", truncate)):
         if not isinstance(value, bool):
             raise ValueError(f"{name}={value!r} must be True or False")
+    _check_generator(generator)
     max_len = _max_seq_len(model)
     if max_len is not None and ids.shape[1] > max_len and not truncate:
         raise ValueError(f"the prompt has {ids.shape[1]} tokens but the model's context is "
                          f"max_seq_len={max_len}; shorten it, or pass truncate=True to condition on "
                          f"its last {max_len} tokens")
+    if hasattr(model, "check_values"):
+        model.check_values(ids)  # the prompt's ids, once; later steps feed sampled ids only
     return ids, squeeze
 
 
@@ -267,7 +298,7 @@ def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperatur
     stop_ids = torch.tensor(stop, dtype=torch.long, device=ids.device) if stop else None
     finished = torch.zeros(B, dtype=torch.bool, device=ids.device) if stop else None
     pad = torch.zeros(B, dtype=torch.long, device=ids.device) if stop else None
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         if cache is not None and cache.length == 0:
             # Prefill: the whole prompt (its last max_seq_len tokens) in one forward.
             start = length - min(length, max_len) if max_len is not None else 0
@@ -281,7 +312,10 @@ def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperatur
             cache = None
             start = length - min(length, max_len) if max_len is not None else 0
             logits = _last_logits(model, seq[:, start:length])
-        token = sample_next(logits, temperature, top_k, top_p, greedy, generator)  # (B,)
+        if step == 0:  # diverged weights show in the first logits already: checked once
+            _check_logits(logits)
+            _check_finite_logits(logits)
+        token = _sample(logits, temperature, top_k, top_p, greedy, generator)  # (B,)
         if finished is not None:
             # Rows that already stopped keep repeating their own stop token.
             token = torch.where(finished, pad, token)
@@ -308,7 +342,7 @@ def stream(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tempe
     max_new_tokens, temperature, top_k, top_p = _validate_inputs(
         model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
     ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                            use_cache, truncate)
+                            use_cache, truncate, generator)
     stop_ids = _stop_set(stop)
     device = next(iter(model.parameters()), ids).device
     return _stream(model, ids.to(device).long(), squeeze, max_new_tokens, temperature, top_k, top_p,
@@ -325,7 +359,7 @@ def _stream(model, ids, squeeze, max_new_tokens, temperature, top_k, top_p, gree
         while True:
             # subtle: inference mode is entered around each step only; holding it across `yield`
             # would leak it into the caller's code while the generator is suspended.
-            with torch.inference_mode():
+            with torch.inference_mode(), inputs_checked(model):
                 token = next(steps, None)
             if token is None:
                 return
@@ -396,14 +430,14 @@ def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
     max_new_tokens, temperature, top_k, top_p = _validate_inputs(
         model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
     ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                            use_cache, truncate)
+                            use_cache, truncate, generator)
     stop_ids = _stop_set(stop)
     device = next(iter(model.parameters()), ids).device
     ids = ids.to(device).long()
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), inputs_checked(model):
             tokens = list(_decode(model, ids, max_new_tokens, temperature, top_k, top_p, greedy,
                                   use_cache, stop_ids, generator))
             out = torch.cat([ids] + [t.unsqueeze(1) for t in tokens], dim=1)  # (B, T + n)

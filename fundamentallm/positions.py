@@ -15,7 +15,7 @@ from typing import Optional, Union
 import torch
 from torch import nn
 
-POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
+from .recipes import POS_ENCODINGS
 
 
 def _check_positions(T: int, start_pos: int, max_seq_len: int, name: str) -> None:
@@ -26,6 +26,31 @@ def _check_positions(T: int, start_pos: int, max_seq_len: int, name: str) -> Non
             f"{name}: positions up to {start_pos + T - 1} requested but max_seq_len={max_seq_len} "
             f"(sequence length {T}, start_pos {start_pos}); use a shorter input or a larger max_seq_len"
         )
+
+
+def check_token_positions(token_positions, shape: tuple, max_seq_len: int, values: bool = True) -> None:
+    """Refuse ``token_positions`` that are not an integer tensor ``(T,)`` or ``(B, T)`` matching
+    the input's ``shape = (B, T)``, or (``values=True``, one host sync) that hold a position
+    outside ``[0, max_seq_len)``."""
+    if not isinstance(token_positions, torch.Tensor) or token_positions.is_floating_point() \
+            or token_positions.is_complex() or token_positions.dtype == torch.bool:
+        got = token_positions.dtype if isinstance(token_positions, torch.Tensor) else type(token_positions).__name__
+        raise TypeError(f"token_positions must be an integer torch.Tensor of positions, got {got}")
+    B, T = shape
+    if tuple(token_positions.shape) not in ((T,), (B, T)):
+        raise ValueError(f"token_positions must have shape (T,) = ({T},) or (B, T) = ({B}, {T}), got "
+                         f"{tuple(token_positions.shape)}")
+    if values and T and bool(((token_positions < 0) | (token_positions >= max_seq_len)).any()):
+        bad = token_positions[(token_positions < 0) | (token_positions >= max_seq_len)][0].item()
+        raise ValueError(f"token_positions holds {bad}, outside [0, max_seq_len={max_seq_len})")
+
+
+def _table_rows(table: torch.Tensor, T: int, start_pos: int, token_positions) -> torch.Tensor:
+    """Rows ``start_pos..start_pos+T-1`` of ``table`` (``(T, C)``), or its rows at
+    ``token_positions`` (``(T, C)`` or ``(B, T, C)``)."""
+    if token_positions is None:
+        return table[start_pos:start_pos + T]
+    return table[token_positions]
 
 
 def sinusoidal_table(max_seq_len: int, d_model: int) -> torch.Tensor:
@@ -50,10 +75,13 @@ class SinusoidalPositionalEncoding(nn.Module):
         # the state dict, since it is recomputed exactly from the formula.
         self.register_buffer("pe", sinusoidal_table(max_seq_len, d_model), persistent=False)
 
-    def forward(self, x: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start_pos: int = 0,
+                token_positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         T = x.shape[1]
         _check_positions(T, start_pos, self.max_seq_len, "SinusoidalPositionalEncoding")
-        return x + self.pe[start_pos:start_pos + T].to(x.dtype)  # (B, T, C) + (T, C)
+        if token_positions is not None:
+            check_token_positions(token_positions, x.shape[:2], self.max_seq_len)
+        return x + _table_rows(self.pe, T, start_pos, token_positions).to(x.dtype)  # + (T, C) or (B, T, C)
 
 
 class LearnedPositionalEncoding(nn.Module):
@@ -64,11 +92,14 @@ class LearnedPositionalEncoding(nn.Module):
         self.d_model, self.max_seq_len = d_model, max_seq_len
         self.weight = nn.Parameter(torch.randn(max_seq_len, d_model) * 0.02)
 
-    def forward(self, x: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start_pos: int = 0,
+                token_positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         T = x.shape[1]
         # A learned table has no row for unseen positions: it cannot extrapolate at all.
         _check_positions(T, start_pos, self.max_seq_len, "LearnedPositionalEncoding")
-        return x + self.weight[start_pos:start_pos + T]
+        if token_positions is not None:
+            check_token_positions(token_positions, x.shape[:2], self.max_seq_len)
+        return x + _table_rows(self.weight, T, start_pos, token_positions)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -111,7 +142,15 @@ class RotaryEmbedding(nn.Module):
     Channel ``i`` is paired with channel ``i + head_dim/2`` and the pair is rotated by the angle
     ``pos · base^(-2i/head_dim)``. Input/output ``(B, H, T, head_dim)``; applied to queries and
     keys only, inside attention. ``scaling`` rescales the speeds (see :func:`rope_frequencies`).
+
+    ``forward(x, start_pos)`` rotates the ``T`` rows of ``x`` as positions ``start_pos..``;
+    ``forward(x, token_positions=p)`` as the positions in ``p``, any integer tensor ``(T,)`` or
+    ``(B, T)`` (packed sequences restarting at 0, left padding). Out-of-range positions are an
+    error; that check reads ``p`` on the host once, so a model that checked its positions at its
+    own door sets ``check_positions = False`` on its rotary module.
     """
+
+    check_positions = True
 
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0,
                  scaling: Optional[dict] = None) -> None:
@@ -125,13 +164,19 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, x: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start_pos: int = 0,
+                token_positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         T = x.shape[-2]
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"RotaryEmbedding(head_dim={self.head_dim}) got last dimension {x.shape[-1]}")
         _check_positions(T, start_pos, self.max_seq_len, "RotaryEmbedding")
-        cos = self.cos[start_pos:start_pos + T].to(x.dtype)  # (T, D)
-        sin = self.sin[start_pos:start_pos + T].to(x.dtype)
+        if token_positions is not None:
+            check_token_positions(token_positions, (x.shape[0] if x.dim() > 2 else 1, T), self.max_seq_len,
+                                  values=self.check_positions)
+        cos = _table_rows(self.cos, T, start_pos, token_positions).to(x.dtype)  # (T, D) or (B, T, D)
+        sin = _table_rows(self.sin, T, start_pos, token_positions).to(x.dtype)
+        if cos.dim() == 3 and x.dim() == 4:  # (B, T, D) -> (B, 1, T, D): the same angles for every head
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         return x * cos + rotate_half(x) * sin
 
 

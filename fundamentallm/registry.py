@@ -33,6 +33,20 @@ class ModelRegistry:
         return cls._models[name](config, **kwargs)
 
     @classmethod
+    def builtin_class(cls, class_name: str) -> Any:
+        """The package's registered class called ``class_name`` (how a checkpoint names its
+        model's class), or None. Classes registered from elsewhere (a chapter's own
+        ``Transformer``) never shadow the package's."""
+        for model_cls in cls._models.values():
+            if model_cls.__name__ == class_name and model_cls.__module__.startswith("fundamentallm."):
+                return model_cls
+        return None
+
+    @classmethod
+    def builtin_classes(cls) -> list[str]:
+        return sorted({m.__name__ for m in cls._models.values() if m.__module__.startswith("fundamentallm.")})
+
+    @classmethod
     def list_models(cls) -> list[str]:
         return sorted(cls._models)
 

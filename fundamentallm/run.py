@@ -13,18 +13,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import threading
 import time
 from typing import Optional
 
-# The architecture the course ends with: RoPE, RMSNorm, SwiGLU, no biases, the fused attention.
-MODERN = dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False, attn_impl="sdpa")
+from .recipes import BUDGET, MODERN, RECIPES
+
 # The flags that define a run: --resume refuses to change them, and a run with other values is
 # "a different run" that --out never overwrites without --force.
-RUN_FLAGS = ("corpus", "preset", "tokenizer", "vocab_size", "block_size", "steps", "batch_size", "lr",
+RUN_FLAGS = ("corpus", "recipe", "preset", "tokenizer", "vocab_size", "block_size", "steps", "batch_size", "lr",
              "warmup_steps", "dropout", "eval_interval", "val_fraction", "seed", "optimizer", "mixed_precision")
 
 
@@ -41,22 +40,20 @@ def _run_args(args: argparse.Namespace) -> dict:
 
 
 def _saved_run(out: str) -> Optional[dict]:
-    """The ``extra`` of the checkpoint in ``out`` (read without loading it), or None if none.
-    A checkpoint a kill left aside (``.name.previous``) counts: ``load_checkpoint`` finds it too."""
+    """The ``extra`` of the checkpoint in ``out`` (its metadata only: ``read_meta``), or None if
+    none. A checkpoint a kill left aside (``.name.previous``) counts: ``load_checkpoint`` finds it
+    too; one whose metadata is damaged counts as a run of unknown settings."""
     import warnings
-    from pathlib import Path
 
-    from .atomic import locate
+    from .checkpoint import read_meta
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            folder = locate(Path(out))
+            extra = read_meta(out).get("extra", {})
     except FileNotFoundError:
         return None
-    try:
-        extra = json.loads((folder / "checkpoint.json").read_text(encoding="utf-8")).get("extra", {})
-    except (OSError, ValueError, AttributeError):
+    except ValueError:  # a CheckpointError: checkpoint.json is unreadable
         extra = {}
     return extra if isinstance(extra, dict) else {}
 
@@ -91,6 +88,26 @@ def _check_out(args: argparse.Namespace, defaults: dict) -> Optional[dict]:
     return None
 
 
+def _apply_recipe(args: argparse.Namespace, defaults: dict) -> Optional[dict]:
+    """With ``--recipe NAME``: the recipe's model and training settings and the CPU budget's
+    terms (``recipes.BUDGET``) become the defaults of the flags the user left alone, so that
+    ``train --recipe record`` trains the records page's run. Returns the recipe (or None)."""
+    if args.recipe is None:
+        return None
+    recipe = RECIPES[args.recipe]
+    terms = {"steps": BUDGET["steps"], "batch_size": BUDGET["batch_size"], "block_size": BUDGET["block_size"],
+             "val_fraction": BUDGET["val_fraction"], "seed": BUDGET["seed"], "tokenizer": BUDGET["tokenizer"],
+             "eval_interval": 0, "lr": recipe["train"]["lr"],
+             "optimizer": recipe["train"].get("optimizer", "adamw"),
+             "mixed_precision": recipe["train"].get("mixed_precision", "auto")}
+    for key, value in terms.items():
+        if getattr(args, key) == defaults[key]:
+            setattr(args, key, value)
+    if args.warmup_steps == defaults["warmup_steps"]:  # a trial shorter than the warmup warms up throughout
+        args.warmup_steps = min(recipe["train"]["warmup_steps"], args.steps)
+    return recipe
+
+
 def _estimate(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
@@ -114,6 +131,7 @@ def cmd_train(args: argparse.Namespace, defaults: dict) -> dict:
     if saved is not None:  # the saved run's settings, exactly (checked against the flags above)
         for k, v in saved["args"].items():
             setattr(args, k, v)
+    recipe = _apply_recipe(args, defaults)
     warmup = args.warmup_steps if args.warmup_steps is not None else min(100, args.steps // 10)
     if warmup > args.steps:
         raise CommandError(f"--warmup-steps={warmup} must not exceed --steps={args.steps}")
@@ -124,27 +142,35 @@ def cmd_train(args: argparse.Namespace, defaults: dict) -> dict:
     main = is_main_process()
     set_seed(args.seed)
     text = load_corpus(args.corpus)
-    if saved is not None:
+    if saved is not None:  # the checkpoint is read once, here (trainer.pt when the trainer exists)
         ckpt = load_checkpoint(args.out)
         tokenizer, config, model = ckpt.tokenizer, ckpt.config, ckpt.model
     else:
         tokenizer = (CharacterTokenizer.from_text(text) if args.tokenizer == "char"
                      else ByteBPETokenizer.from_text(text, args.vocab_size))
-        config = TransformerConfig.preset(args.preset, vocab_size=tokenizer.vocab_size,
-                                          dropout=args.dropout, **MODERN)
-        if args.block_size is not None:
-            config = TransformerConfig.from_dict({**config.to_dict(), "max_seq_len": args.block_size})
+        if recipe is not None:
+            config = TransformerConfig(vocab_size=tokenizer.vocab_size, max_seq_len=args.block_size,
+                                       dropout=args.dropout, **recipe["model"])
+        else:
+            config = TransformerConfig.preset(args.preset, vocab_size=tokenizer.vocab_size,
+                                              dropout=args.dropout, **MODERN)
+            if args.block_size is not None:
+                config = TransformerConfig.from_dict({**config.to_dict(), "max_seq_len": args.block_size})
         model = Transformer(config)
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     train_ids, val_ids = train_val_split(ids, args.val_fraction)
     eval_interval = args.eval_interval if args.eval_interval is not None else max(1, args.steps // 5)
-    tc = TrainConfig(lr=args.lr, optimizer=args.optimizer, mixed_precision=args.mixed_precision,
+    recipe_train = {k: v for k, v in (recipe or {}).get("train", {}).items()
+                    if k not in ("lr", "optimizer", "mixed_precision", "warmup_steps")}  # the flags carry those
+    tc = TrainConfig(**recipe_train, lr=args.lr, optimizer=args.optimizer, mixed_precision=args.mixed_precision,
                      max_steps=args.steps, batch_size=args.batch_size, warmup_steps=warmup,
                      eval_interval=eval_interval, eval_batch_size=128, device=device, seed=args.seed,
                      progress=main and not args.no_progress, log_interval=1)
     trainer = Trainer(model, train_ids, val_ids, tc)
     if saved is not None:
-        load_checkpoint(args.out, model=trainer.model, trainer=trainer)
+        if ckpt.trainer_state is None:
+            raise CommandError(f"--resume: the checkpoint in {args.out} holds no training state")
+        trainer.load_state_dict(ckpt.trainer_state)
     run_args = _run_args(args)
     last_saved = {"step": saved.get("step_done") if saved else None}
 

@@ -29,16 +29,13 @@ from torch import nn
 from tqdm import tqdm
 
 from .data import DataSource
-from .utils import get_device
-
-SCHEDULES = ("cosine", "inverse_sqrt", "constant", "wsd")
-OPTIMIZERS = ("adamw", "muon")
+from .recipes import OPTIMIZERS, PRECISIONS, SCHEDULES
+from .utils import get_device, inputs_checked, rng_state, set_rng_state
 
 
 class TrainingDiverged(RuntimeError):
     """A non-finite loss or gradient norm: training stopped before the optimizer step, so the
     weights are those of the last good step."""
-PRECISIONS = ("auto", "bf16", "fp16", "off")
 
 
 @dataclass
@@ -223,6 +220,79 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
         return torch.optim.AdamW(groups, **kwargs)
 
 
+def check_batch(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> None:
+    """Check a batch ``(x, y[, attention_mask])`` with the model's own door check
+    (``model.check_values``: ids in the vocabulary, targets valid, a 0/1 mask), if it has one."""
+    check = getattr(model, "check_values", None)
+    if callable(check):
+        check(batch[0], batch[1], batch[2] if len(batch) > 2 else None, all_ignored_ok=True)
+
+
+def check_data(model: nn.Module, source: DataSource) -> bool:
+    """Check a whole split once, when the Trainer receives it: a token stream by its smallest
+    and largest id, a ``TensorDataset`` (or tuple of tensors) tensor by tensor. Returns False for
+    a lazily built ``Dataset``, whose items are then checked batch by batch as they are drawn."""
+    if not callable(getattr(model, "check_values", None)):
+        return True
+    if source.stream is not None:
+        stream = source.stream
+        lo, hi = stream.min(), stream.max()  # a tensor, or a NumPy array (memory map)
+        ends = torch.tensor([[int(lo), int(hi)]])
+        check_batch(model, (ends, ends))
+        return True
+    if isinstance(source.dataset, torch.utils.data.TensorDataset):
+        check_batch(model, source.dataset.tensors)
+        return True
+    return False
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data, batch_size: int = 64, max_batches: Optional[int] = None,
+             block_size: Optional[int] = None, autocast: Optional[Callable] = None, rank: int = 0,
+             world_size: int = 1, check_batches: bool = False) -> dict[str, float]:
+    """Mean loss per target token (targets of -100 excluded) and perplexity ``exp(loss)`` of
+    ``model`` over the whole of ``data`` (any format the Trainer takes, or a ``DataSource``; a
+    token stream is cut into every non-overlapping ``block_size`` window, by default the model's
+    ``max_seq_len``), ``batch_size`` windows per forward pass, on the model's device. A plain
+    function: no optimizer, no trainer. ``max_batches`` caps the work; ``autocast`` is a
+    context-manager factory (mixed precision); ``rank``/``world_size`` split the batches across
+    processes (the sums are all-reduced). The data is checked once first (``check_batches``:
+    each batch as it is drawn instead, for a lazily built ``Dataset``)."""
+    if isinstance(data, DataSource):
+        source = data
+    else:
+        source = DataSource(data, block_size or getattr(getattr(model, "config", None), "max_seq_len", None))
+        check_batches = not check_data(model, source)
+    device = next(iter(model.parameters())).device
+    was_training = model.training
+    model.eval()
+    sums = torch.zeros(2, dtype=torch.float64, device=device)  # (loss · count, count)
+    try:
+        for i, batch in enumerate(source.batches(batch_size)):
+            if max_batches is not None and i >= max_batches:
+                break
+            if i % world_size != rank:
+                continue
+            if check_batches:
+                check_batch(model, batch)
+            batch = tuple(t.to(device) for t in batch)
+            count = (batch[1] != -100).sum()
+            with (autocast() if autocast is not None else contextlib.nullcontext()), inputs_checked(model):
+                loss = model(batch[0], batch[1], **Trainer._mask_kwargs(batch))[1]
+            # a batch with no real target has a 0/0 mean: it adds nothing (chosen on the device)
+            sums += torch.stack([torch.where(count > 0, loss.double() * count, 0.0),
+                                 count.double()])
+    finally:
+        model.train(was_training)
+    if world_size > 1:
+        torch.distributed.all_reduce(sums)
+    total, count = sums.tolist()
+    if count == 0:
+        raise ValueError("the validation data has no target other than -100: nothing to evaluate")
+    val_loss = total / count
+    return {"val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0))}
+
+
 class Trainer:
     """Trains ``model`` on ``train_data`` (see the module docstring for the formats).
 
@@ -250,6 +320,10 @@ class Trainer:
         block_size = c.block_size or getattr(getattr(model, "config", None), "max_seq_len", None)
         self.train_source = DataSource(train_data, block_size)
         self.val_source = DataSource(val_data, block_size) if val_data is not None else None
+        # Checks at the door: the data's values are checked here, once, with the model's own
+        # messages; the steps then run the model inside inputs_checked (no host read per step).
+        self._lazy_data = [s for s in (self.train_source, self.val_source) if s is not None
+                           and not check_data(self.model, s)]
         self.amp_dtype = self._resolve_precision()
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         self.optimizer = make_optimizer(self.model, c)
@@ -324,25 +398,26 @@ class Trainer:
         # so the step's total number of real targets is known before the first backward pass.
         # subtle: every rank draws the same global batches, so each knows the global count.
         batches = [self.train_source.sample(c.batch_size, self.generator) for _ in range(c.grad_accum_steps)]
-        counts = [int((b[1] != -100).sum()) for b in batches]
-        total_count = sum(counts)
-        if total_count == 0:
-            raise ValueError(f"step {self.step + 1}: every target of the batch is -100 (ignored), so "
-                             f"there is no loss to train on; check the data's targets")
+        if self.train_source in self._lazy_data:
+            for batch in batches:
+                check_batch(self.model, batch)
+        # Counted on the device, not read: the step reads one thing on the host, at its end.
+        total_count = torch.stack([(b[1] != -100).sum() for b in batches]).sum().to(self.device)
         total = torch.zeros((), device=self.device)
         per_rank = c.batch_size // self.world_size
         for micro, batch in enumerate(batches):
             self.tokens_seen += batch[0].numel()
             batch = tuple(t[self.rank * per_rank:(self.rank + 1) * per_rank].to(self.device) for t in batch)
-            local = int((batch[1] != -100).sum())
+            local = (batch[1] != -100).sum()
             last = micro == c.grad_accum_steps - 1
             sync = contextlib.nullcontext() if last or self.world_size == 1 else self.forward_model.no_sync()
-            with sync:
-                if local == 0:  # all ignored here: a zero loss that still runs backward (for DDP)
-                    loss = self.forward_model(batch[0], **self._mask_kwargs(batch))[0].sum() * 0.0
-                else:  # DDP averages the ranks' gradients, hence the world_size
-                    mean = self._loss(self.forward_model, batch, c.label_smoothing)
-                    loss = mean * (local * self.world_size / total_count)
+            with sync, inputs_checked(self.model):
+                mean = self._loss(self.forward_model, batch, c.label_smoothing)
+                # A micro-batch with every target ignored has a 0/0 mean: it counts 0 and still
+                # runs backward (DDP expects every rank to). DDP averages the ranks' gradients,
+                # hence the world_size.
+                weight = (local.double() * self.world_size / total_count.double()).float()
+                loss = torch.where(local > 0, mean, 0.0) * weight
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             total += loss.detach() / self.world_size
         if self.scaler:
@@ -350,7 +425,14 @@ class Trainer:
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip or float("inf"))
         if self.world_size > 1:  # log the global mean loss, as one process would
             torch.distributed.all_reduce(total)
-        self._check_finite(total, grad_norm, lr)
+        # The step's one host read: the logged loss, with what the checks below need.
+        loss_value, norm_value, count = torch.stack(
+            [total.double(), grad_norm.double(), total_count.double()]).tolist()
+        if count == 0:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise ValueError(f"step {self.step + 1}: every target of the batch is -100 (ignored), so "
+                             f"there is no loss to train on; check the data's targets")
+        self._check_finite(loss_value, norm_value, lr)
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -359,17 +441,17 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.elapsed += time.perf_counter() - t0
-        return {"loss": total.item(), "lr": lr, "grad_norm": grad_norm.item()}
+        return {"loss": loss_value, "lr": lr, "grad_norm": norm_value}
 
     @staticmethod
     def _mask_kwargs(batch: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
         return {"attention_mask": batch[2]} if len(batch) > 2 else {}
 
-    def _check_finite(self, loss: torch.Tensor, grad_norm: torch.Tensor, lr: float) -> None:
+    def _check_finite(self, loss: float, grad_norm: float, lr: float) -> None:
         """Raise :class:`TrainingDiverged` (weights untouched) on a NaN/inf loss or gradient norm.
         With fp16 loss scaling an inf gradient is routine (the scaler skips that step)."""
-        bad = [(name, float(v)) for name, v in (("loss", loss), ("gradient norm", grad_norm))
-               if not math.isfinite(float(v)) and not (self.scaler and name == "gradient norm")]
+        bad = [(name, v) for name, v in (("loss", loss), ("gradient norm", grad_norm))
+               if not math.isfinite(v) and not (self.scaler and name == "gradient norm")]
         if not bad:
             return
         self.optimizer.zero_grad(set_to_none=True)
@@ -382,33 +464,19 @@ class Trainer:
             f"{', mixed_precision=' + repr('off') if self.amp_dtype is not None else ''}, or look for "
             f"bad values in the data")
 
-    @torch.no_grad()
     def evaluate(self, data=None, max_batches: Optional[int] = None) -> dict[str, float]:
-        """Mean loss per target token (targets of -100 excluded) and perplexity ``exp(loss)`` over
-        the whole validation split (or ``data``; ``max_batches`` caps the work)."""
+        """:func:`evaluate` on the validation split (or ``data``), with this trainer's model,
+        batch size, precision and ranks; ``max_batches`` defaults to ``config.eval_batches``."""
         source = self.val_source if data is None else DataSource(data, self.train_source.block_size)
         if source is None:
             raise ValueError("no validation data: pass val_data to Trainer or data to evaluate()")
-        max_batches = max_batches if max_batches is not None else self.config.eval_batches
-        self.model.eval()
-        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # (loss · count, count)
-        for i, batch in enumerate(source.batches(self.config.eval_batch_size or self.config.batch_size)):
-            if max_batches is not None and i >= max_batches:
-                break
-            if i % self.world_size != self.rank:
-                continue
-            batch = tuple(t.to(self.device) for t in batch)
-            count = (batch[1] != -100).sum()
-            if int(count) == 0:
-                continue  # nothing to score in this batch
-            loss = self._loss(self.model, batch, 0.0)
-            sums += torch.stack([loss.double() * count, count.double()])
-        if self.world_size > 1:
-            torch.distributed.all_reduce(sums)
-        if sums[1].item() == 0:
-            raise ValueError("the validation data has no target other than -100: nothing to evaluate")
-        val_loss = (sums[0] / sums[1]).item()
-        return {"val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0))}
+        if data is not None and not check_data(self.model, source):
+            self._lazy_data.append(source)
+        c = self.config
+        return evaluate(self.model, source, c.eval_batch_size or c.batch_size,
+                        max_batches=max_batches if max_batches is not None else c.eval_batches,
+                        autocast=self._autocast, rank=self.rank, world_size=self.world_size,
+                        check_batches=source in self._lazy_data)
 
     def _log(self, metrics: dict[str, float]) -> None:
         h = self.history
@@ -464,21 +532,21 @@ class Trainer:
         """Everything needed to resume exactly: step, optimizer, RNG states, history."""
         state = {"step": self.step, "tokens_seen": self.tokens_seen, "elapsed": self.elapsed,
                  "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
-                 "torch_rng": torch.get_rng_state(), "history": self.history,
-                 "config": self.config.to_dict()}
+                 "rng": rng_state(), "history": self.history, "config": self.config.to_dict()}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
-        if torch.cuda.is_available():
-            state["cuda_rng"] = torch.cuda.get_rng_state_all()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens_seen"], state["elapsed"]
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
-        if "cuda_rng" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if "rng" in state:
+            set_rng_state(state["rng"])
+        else:  # a state saved before the RNG states had one owner (utils.rng_state)
+            torch.set_rng_state(state["torch_rng"])
+            if "cuda_rng" in state and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["cuda_rng"])
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
         self.history = {k: list(v) for k, v in state["history"].items()}

@@ -1,4 +1,4 @@
-"""Small shared helpers: seeding and device selection.
+"""Small shared helpers: seeding, device selection, and the door checks' switch.
 
 One switch picks the device for the whole course: the environment variable
 ``FUNDAMENTALLM_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``, or ``meta`` for shapes only).
@@ -9,14 +9,17 @@ Apple's MPS, then the CPU. Chapters and ``TrainConfig(device="auto")`` go throug
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 from typing import Optional, Union
 
 import numpy as np
 import torch
 
-DEVICES = ("auto", "cpu", "cuda", "mps", "meta")
+from .recipes import DEVICES
+
 DEVICE_ENV = "FUNDAMENTALLM_DEVICE"
 
 
@@ -30,6 +33,28 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    """Every global random state (torch's, CUDA's, Python's, NumPy's) as tensors and plain
+    containers, so that ``torch.load(weights_only=True)`` reads it back. The one place that
+    captures them: checkpoints and the Trainer's state both use it."""
+    _, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
+             "numpy": [torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)]}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what :func:`rng_state` captured."""
+    torch.set_rng_state(state["torch"])
+    random.setstate((3, tuple(state["python"]), None))
+    keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def get_device(device: Optional[Union[str, torch.device]] = "auto") -> torch.device:
@@ -59,3 +84,54 @@ def get_device(device: Optional[Union[str, torch.device]] = "auto") -> torch.dev
         return torch.device(device)
     except RuntimeError as e:  # e.g. "cuda:x"
         raise ValueError(f"{source} is not a valid device name: {e}") from None
+
+
+@contextlib.contextmanager
+def inputs_checked(model: torch.nn.Module) -> Iterator[None]:
+    """Within the block, ``model`` (and every submodule with a ``check_inputs`` switch) skips the
+    checks that read its inputs' values on the host: for a caller that checked its data once
+    already, as the Trainer does when it receives data and ``generate`` does with the prompt.
+    Type and shape checks stay; the switches are restored on exit."""
+    switched = [m for m in model.modules() if getattr(m, "check_inputs", False) is True]
+    for m in switched:
+        m.check_inputs = False
+    try:
+        yield
+    finally:
+        for m in switched:
+            vars(m).pop("check_inputs", None)  # back to the class's default (True)
+            if getattr(m, "check_inputs", True) is not True:
+                m.check_inputs = True
+
+
+@contextlib.contextmanager
+def count_host_syncs() -> Iterator[dict]:
+    """Count the reads of a tensor's value on the host inside the block: each
+    ``aten._local_scalar_dense`` (``.item()``, ``int(t)``, ``bool(t)``, ``float(t)``, seen by a
+    ``TorchDispatchMode``) and each ``Tensor.tolist()``. On a GPU each is a host-device
+    synchronisation that stalls the queue; on a CPU they are cheap but counted the same way, so a
+    test can bound them anywhere. Yields a dict whose ``"syncs"`` grows as they happen.
+
+    subtle: dispatch modes are not called under ``torch.inference_mode`` (generation runs in it),
+    so there the Python-level reads (``item``, ``bool``, ``int``, ``float``) are counted instead."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts = {"syncs": 0}
+    T = torch.Tensor
+    python_reads = {T.item, T.__bool__, T.__int__, T.__float__, T.__index__}
+
+    class _Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                counts["syncs"] += 1
+            return func(*args, **(kwargs or {}))
+
+    class _Function(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is T.tolist or (func in python_reads and torch.is_inference_mode_enabled()):
+                counts["syncs"] += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Function(), _Dispatch():
+        yield counts

@@ -243,8 +243,10 @@ def _explicit_vs_sdpa(x, rope=None, causal=False, mask=None, cache=False, dtype=
         y1, y2 = [], []
         start = 0
         for n in chunks:
-            y1.append(a(x[:, start:start + n], kv_cache=c1, start_pos=start))
-            y2.append(b(x[:, start:start + n], kv_cache=c2, start_pos=start))
+            y1.append(a(x[:, start:start + n], kv_cache=c1))
+            y2.append(b(x[:, start:start + n], kv_cache=c2))
+            c1.advance(n)
+            c2.advance(n)
             start += n
         y1, y2 = torch.cat(y1, 1), torch.cat(y2, 1)
     _record(("mha_explicit_vs_sdpa", str(dtype)), y1, y2)
@@ -367,8 +369,8 @@ def test_mha_kv_cache_matches_full_pass(chunks, use_rope, use_sdpa):
     cache = KVCache(2, 4, 8, 16)
     outs, start = [], 0
     for n in chunks:
-        # The caller owns the offset: attention writes at start_pos, the caller advances.
-        outs.append(m(x[:, start:start + n], kv_cache=cache, start_pos=cache.length))
+        # The cache owns the position: attention writes at cache.length, the caller advances.
+        outs.append(m(x[:, start:start + n], kv_cache=cache))
         cache.advance(n)
         start += n
         assert cache.length == start
@@ -386,20 +388,20 @@ def test_kv_cache_overflow_and_shape_errors():
     cache.advance(4)
     before = cache.k.clone()
     with pytest.raises(ValueError, match="overflow"):
-        m(torch.randn(2, 2, 32), kv_cache=cache, start_pos=4)
+        m(torch.randn(2, 2, 32), kv_cache=cache)
     assert cache.length == 4 and torch.equal(cache.k, before)  # a failed write changes nothing
-    m(torch.randn(2, 1, 32), kv_cache=cache, start_pos=4)
+    m(torch.randn(2, 1, 32), kv_cache=cache)
     cache.advance(1)
     with pytest.raises(ValueError, match="overflow"):
-        m(torch.randn(2, 1, 32), kv_cache=cache, start_pos=5)
+        m(torch.randn(2, 1, 32), kv_cache=cache)
     with pytest.raises(ValueError, match="overflow"):
         cache.advance(1)
     with pytest.raises(ValueError, match="KV cache holds"):
         m(torch.randn(3, 1, 32), kv_cache=KVCache(2, 4, 8, 5))
     with pytest.raises(ValueError, match="layer=1"):
-        m(torch.randn(2, 1, 32), kv_cache=KVCache(2, 4, 8, 5), layer=1)
-    with pytest.raises(ValueError, match="start_pos=3 needs a kv_cache"):
-        m(torch.randn(2, 1, 32), start_pos=3)
+        _mha(causal=True, layer_idx=1)(torch.randn(2, 1, 32), kv_cache=KVCache(2, 4, 8, 5))
+    with pytest.raises(ValueError, match="layer_idx=-1"):
+        _mha(causal=True, layer_idx=-1)
     with pytest.raises(ValueError, match="num_layers"):
         KVCache(2, 4, 8, 5, num_layers=0)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from fundamentallm.recipes import BUDGET, RECIPES
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
@@ -117,15 +119,10 @@ def test_records_are_the_stored_runs():
     """Every entry of records.json (what the records page shows) is copied from the saved
     train_budget result it names, its recipe is the script's, and the budget's rules are the
     script's constants."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import train_budget
-    finally:
-        sys.path.remove(str(BENCHMARKS))
     stored = json.loads((BENCHMARKS / "results" / "records.json").read_text())
     rules = stored["rules"]
     assert (rules["steps"], rules["batch_size"], rules["block_size"], rules["max_params"]) == (
-        train_budget.STEPS, train_budget.BATCH, train_budget.BLOCK, train_budget.MAX_PARAMS)
+        BUDGET["steps"], BUDGET["batch_size"], BUDGET["block_size"], BUDGET["max_params"])
     assert rules["train_tokens"] == rules["steps"] * rules["batch_size"] * rules["block_size"]
     for entry in stored["records"]:
         run = json.loads((BENCHMARKS.parent / entry["source"]).read_text())
@@ -135,10 +132,27 @@ def test_records_are_the_stored_runs():
             assert entry[key] == result[key], (entry["recipe"], key)
         assert entry["baseline_val_loss"] == baseline["val_loss"]
         assert entry["baseline_time_s"] == baseline["time_s"]
-        recipe = train_budget.RECIPES[entry["recipe"]]
+        recipe = RECIPES[entry["recipe"]]
         assert entry["model"] == recipe["model"]
         assert entry["train"] == json.loads(json.dumps(recipe["train"]))  # tuples stored as lists
         assert run["overrides"] == {} and entry["params"] <= rules["max_params"]
+
+
+def test_cli_recipe_trains_what_the_benchmark_trains(tmp_path):
+    """`python -m fundamentallm train --recipe record` is the benchmark's run of that recipe (the
+    records page's): the same model, data, seed and settings give the same validation loss."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("To be, or not to be, that is the question.\n" * 300, encoding="utf-8")
+    bench = run_script("train_budget.py", "--corpus", str(corpus), "--recipe", "record", "--steps", "3",
+                       "--threads", "1", tmp_path=tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "fundamentallm", "train", "--recipe", "record", "--corpus",
+                           str(corpus), "--steps", "3", "--out", str(tmp_path / "run"), "--no-progress"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "FUNDAMENTALLM_DEVICE": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cli = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert cli["parameters"] == bench["record"]["params"]
+    assert round(cli["val_loss"], 4) == bench["record"]["val_loss"][0]
 
 
 def test_ablations_are_consistent():

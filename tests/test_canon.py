@@ -1,6 +1,8 @@
 """Canon layers (``TransformerConfig(canon=...)``): the layer against ``F.conv1d`` and autograd,
 its places in the model, cached decoding, the optimizer it lands in, and its invalid values."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -53,14 +55,14 @@ def test_layer_gradients_match_autograd_in_float64(kernel):
     without a cached past, and so does autograd through conv1d."""
     from torch.func import functional_call
 
-    layer = CanonLayer(5, kernel).double()
+    layer = CanonLayer(5, kernel, key="k").double()
     g = torch.Generator().manual_seed(2)
     w = torch.randn(5, kernel, dtype=torch.float64, generator=g, requires_grad=True)
     x = torch.randn(2, 6, 5, dtype=torch.float64, generator=g, requires_grad=True)
     past = torch.randn(2, kernel - 1, 5, dtype=torch.float64, generator=g)
     assert torch.autograd.gradcheck(lambda x, w: functional_call(layer, {"weight": w}, (x,)), (x, w))
     assert torch.autograd.gradcheck(
-        lambda x, w: functional_call(layer, {"weight": w}, (x,), {"state": {"k": past}, "key": "k", "start": 3}),
+        lambda x, w: functional_call(layer, {"weight": w}, (x, SimpleNamespace(conv={"k": past}, length=3))),
         (x, w))
     assert torch.autograd.gradcheck(reference_canon, (x, w))
     grad = torch.randn(2, 6, 5, dtype=torch.float64, generator=g)

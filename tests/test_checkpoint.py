@@ -18,6 +18,7 @@ from fundamentallm.checkpoint import (
     CheckpointError,
     check_output_dir,
     load_checkpoint,
+    read_meta,
     save_checkpoint,
 )
 from fundamentallm.tokenizers import CharacterTokenizer
@@ -120,6 +121,20 @@ def test_optimizer_and_rng_restore(tmp_path):
         assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
 
 
+def test_trainer_file_is_read_only_when_asked_for(tmp_path, monkeypatch):
+    """Generating needs the weights only: trainer.pt (optimizer moments) is neither hashed nor
+    read until the training state is asked for."""
+    model = small_model()
+    save_checkpoint(tmp_path, model, optimizer=torch.optim.AdamW(model.parameters()), step=1)
+    calls = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(a[0]) or real_load(*a, **k))
+    ckpt = load_checkpoint(tmp_path)
+    assert calls == []
+    assert ckpt.trainer_state is None and len(calls) == 1  # read now (saved without a trainer)
+    assert read_meta(tmp_path)["step"] == 1
+
+
 def test_trainer_file_is_loaded_with_weights_only(tmp_path):
     torch.manual_seed(0)
     save_checkpoint(tmp_path, Transformer(TransformerConfig(**CFG)))
@@ -127,7 +142,7 @@ def test_trainer_file_is_loaded_with_weights_only(tmp_path):
     with pytest.raises(CheckpointError, match="trainer.pt does not match the SHA-256"):
         load_checkpoint(tmp_path)  # the manifest catches the swap first
     with pytest.raises(ValueError, match="trainer.pt is corrupt or holds more than tensors"):
-        load_checkpoint(tmp_path, verify=False)  # and weights_only refuses the object anyway
+        _ = load_checkpoint(tmp_path, verify=False).trainer_state  # and weights_only refuses the object anyway
 
 
 def test_corrupt_and_mismatched_checkpoints_are_reported(tmp_path):
@@ -211,7 +226,7 @@ def test_files_from_different_saves_are_refused(tmp_path):
     save_checkpoint(tmp_path / "b", model, optimizer=opt, step=6)
     (tmp_path / "b" / "trainer.pt").write_bytes((tmp_path / "a" / "trainer.pt").read_bytes())
     with pytest.raises(CheckpointError, match="trainer.pt does not match"):
-        load_checkpoint(tmp_path / "b")
+        _ = load_checkpoint(tmp_path / "b").trainer_state  # read (and verified) when asked for
     (tmp_path / "b" / "trainer.pt").unlink()
     with pytest.raises(CheckpointError, match="trainer.pt is missing"):
         load_checkpoint(tmp_path / "b")
@@ -390,7 +405,7 @@ def test_a_truncated_trainer_file_is_named(tmp_path):
     with pytest.raises(CheckpointError, match="trainer.pt does not match"):
         load_checkpoint(tmp_path / "c")
     with pytest.raises(CheckpointError, match="trainer.pt is corrupt"):  # not OSError [Errno 22]
-        load_checkpoint(tmp_path / "c", verify=False)
+        _ = load_checkpoint(tmp_path / "c", verify=False).trainer_state
 
 
 def test_a_read_only_parent_is_found_by_a_real_write(tmp_path, monkeypatch):
