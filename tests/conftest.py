@@ -20,9 +20,18 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
+
+# One torch thread per process, for the tests and for the chapter kernels nbmake starts (they
+# inherit this environment): the models are tiny, and on a shared 2-core machine two threads per
+# process made training steps up to 15x slower. Set here so that nobody has to export it; an
+# explicit OMP_NUM_THREADS wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "torch" in sys.modules:  # imported already (by a plugin): the variable is read at import time
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 ROOT = Path(__file__).resolve().parents[1]
 NEVER_COLLECT = {"_build", "student_edition", "colab", "node_modules"}

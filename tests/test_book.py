@@ -26,12 +26,17 @@ REPO_URL = (CONFIG.get("repository") or {}).get("url", "")
 
 BOOTSTRAP = """\
 # Installs the course package and the chapters' extras when the package is missing (e.g. on
-# Colab); needs network access to GitHub. Locally, install from a clone instead (README).
-import importlib.util, subprocess, sys
+# Colab); needs network access to GitHub. Locally, `python3 start.py` in a clone sets it all up
+# (README, Quick start). One torch thread: the chapters' models are tiny, and more threads slow them.
+import importlib.util, os, subprocess, sys
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 SOURCE = "fundamentallm[book] @ git+{url}"
 if importlib.util.find_spec("fundamentallm") is None:
     if subprocess.run([sys.executable, "-m", "pip", "install", "-q", SOURCE]).returncode != 0:
-        print("Could not install fundamentallm: in a clone of the repository run `pip install '.[book]'`, then restart the kernel.")"""
+        print("Could not install fundamentallm: in a clone of the repository run `python3 start.py` "
+              "(README, Quick start), or `pip install '.[book]'`; on Linux without an NVIDIA GPU first "
+              "`pip install torch --index-url https://download.pytorch.org/whl/cpu` (a plain `pip install "
+              "torch` there is the CUDA build, several GB). Then restart the kernel.")"""
 
 ARC = ["Objectives", "Intuition", "The math", "Build it from scratch", "Validate", "Look at it",
        "Experiment", "Exercises", "Summary"]

@@ -2,13 +2,16 @@
 fresh virtual environment, with chapters copied to an empty folder and executed there.
 
 Cost: about 2-4 minutes on 2 cores (wheel build, venv, four chapters, one per part of the book);
-marked ``slow``: ``pytest -m "not slow"`` skips it. No network: the venv reuses this machine's
-installed dependencies (``--system-site-packages``: torch, transformers, ipykernel, ...); the
-package itself comes only from the wheel, which the test checks inside every kernel.
+marked ``slow``: ``pytest -m "not slow"`` skips it. The venv is clean (no system
+site-packages): it holds the wheel, and only the distributions the wheel declares (``[book]``
+extra included) and what they declare in turn, linked from this machine's environment, so that
+an undeclared import fails here as it would for a user. No network. The package itself comes
+only from the wheel, which the test checks inside every kernel.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -44,6 +47,46 @@ for name in sys.argv[2:]:
 """
 
 
+# The test's own harness, not the course's: the venv's Python runs EXECUTE, which needs nbclient.
+HARNESS = ["nbclient"]
+
+
+def declared_closure(requirements: list[str], extra: str) -> dict[str, importlib.metadata.Distribution]:
+    """The installed distributions that ``requirements`` (a distribution's ``Requires-Dist``,
+    with ``extra`` asked for) name, and those they name, and so on: what pip would install,
+    taken from this environment."""
+    from packaging.requirements import Requirement
+
+    found: dict[str, importlib.metadata.Distribution] = {}
+    seen: set = set()
+    todo = [(Requirement(r), extra) for r in requirements]
+    while todo:
+        req, asked = todo.pop()
+        if req.marker is not None and not req.marker.evaluate({"extra": asked}):
+            continue  # another extra's, or another platform's
+        dist = importlib.metadata.distribution(req.name)  # PackageNotFoundError: not installed here
+        key = (dist.metadata["Name"].lower(), frozenset(req.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        found[key[0]] = dist
+        for sub in dist.requires or []:
+            todo += [(Requirement(sub), e) for e in (req.extras or {""})]
+    return found
+
+
+def link_into(venv_site: Path, dists) -> None:
+    """Symlink each distribution's top-level files (and its metadata) into the venv."""
+    for dist in dists:
+        if dist.files is None:
+            raise AssertionError(f"{dist.metadata['Name']} lists no files (RECORD); cannot link it")
+        site = Path(dist.locate_file(""))
+        for top in {f.parts[0] for f in dist.files if f.parts and f.parts[0] != ".."}:
+            target = venv_site / top
+            if not target.exists() and (site / top).exists():
+                target.symlink_to(site / top)
+
+
 @pytest.mark.slow
 def test_wheel_in_a_fresh_venv_runs_chapters_outside_the_repository(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
@@ -64,11 +107,16 @@ def test_wheel_in_a_fresh_venv_runs_chapters_outside_the_repository(tmp_path):
     run(sys.executable, "-m", "pip", "wheel", ".", "--no-deps", *isolation, "-q", "-w", wheels, cwd=src)
     (wheel,) = wheels.glob("fundamentallm-*.whl")
 
-    # 2. a fresh venv, the wheel installed into it (dependencies from this machine's site-packages)
+    # 2. a clean venv, the wheel installed into it, then exactly what the wheel declares
     venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", "--system-site-packages", venv, cwd=tmp_path)
+    run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel, cwd=tmp_path)
+    declared = json.loads(run(python, "-c", "import json, importlib.metadata as m; "
+                              "print(json.dumps(m.requires('fundamentallm')))", cwd=tmp_path))
+    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                    cwd=tmp_path).strip())
+    link_into(site, {**declared_closure(declared, "book"), **declared_closure(HARNESS, "")}.values())
     where = json.loads(run(python, "-c", "import json, fundamentallm, sys; "
                            "print(json.dumps([fundamentallm.__file__, sys.prefix]))", cwd=tmp_path))
     assert Path(where[0]).is_relative_to(venv) and Path(where[1]) == venv, where
