@@ -143,8 +143,9 @@ class _Backbone(nn.Module):
             self.rope = RotaryEmbedding(c.head_dim, c.max_seq_len, base=c.rope_base, scaling=c.rope_scaling)
         else:
             self.pos_encoding = create_positional_encoding(c.pos_encoding, c.d_model, c.max_seq_len)
-        if self.rope is not None:
-            self.rope.check_positions = False  # the model checks token_positions once, at its door
+        for positions in (self.rope, self.pos_encoding):
+            if positions is not None:
+                positions.check_positions = False  # the model checks token_positions once, at its door
         self.dropout = nn.Dropout(c.dropout)
         self.canon_embed = CanonLayer(c.d_model, c.canon_kernel, key="embed") if "embed" in c.canon_places else None
         self.blocks = nn.ModuleList(TransformerBlock(c, i, rope=self.rope) for i in range(c.num_layers))

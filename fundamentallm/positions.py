@@ -66,6 +66,8 @@ def sinusoidal_table(max_seq_len: int, d_model: int) -> torch.Tensor:
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal table to ``x``. Input/output ``(B, T, d_model)``. Not trainable."""
 
+    check_positions = True  # see RotaryEmbedding
+
     def __init__(self, d_model: int, max_seq_len: int) -> None:
         super().__init__()
         if d_model % 2:
@@ -80,12 +82,14 @@ class SinusoidalPositionalEncoding(nn.Module):
         T = x.shape[1]
         _check_positions(T, start_pos, self.max_seq_len, "SinusoidalPositionalEncoding")
         if token_positions is not None:
-            check_token_positions(token_positions, x.shape[:2], self.max_seq_len)
+            check_token_positions(token_positions, x.shape[:2], self.max_seq_len, values=self.check_positions)
         return x + _table_rows(self.pe, T, start_pos, token_positions).to(x.dtype)  # + (T, C) or (B, T, C)
 
 
 class LearnedPositionalEncoding(nn.Module):
     """Adds a trainable vector per position (GPT-2's ``wpe``). Input/output ``(B, T, d_model)``."""
+
+    check_positions = True  # see RotaryEmbedding
 
     def __init__(self, d_model: int, max_seq_len: int) -> None:
         super().__init__()
@@ -98,7 +102,7 @@ class LearnedPositionalEncoding(nn.Module):
         # A learned table has no row for unseen positions: it cannot extrapolate at all.
         _check_positions(T, start_pos, self.max_seq_len, "LearnedPositionalEncoding")
         if token_positions is not None:
-            check_token_positions(token_positions, x.shape[:2], self.max_seq_len)
+            check_token_positions(token_positions, x.shape[:2], self.max_seq_len, values=self.check_positions)
         return x + _table_rows(self.weight, T, start_pos, token_positions)
 
 

@@ -169,3 +169,11 @@ def test_a_model_too_large_for_memory_names_the_field_before_allocating(override
                                **overrides})
     with pytest.raises(ValueError, match=field):
         Transformer(cfg)
+
+
+@pytest.mark.parametrize("pos", ["rope", "learned", "sinusoidal"])
+def test_explicit_positions_are_checked_once_at_the_door(pos):
+    model = _model(pos)
+    with count_host_syncs() as counted:
+        model(_ids(), token_positions=torch.arange(9))
+    assert counted["syncs"] == 1  # the door's one read, not one per layer
