@@ -85,6 +85,16 @@ def test_generation_benchmark_runs_at_the_tiny_size(tmp_path):
     assert result["kv_cache_bytes_per_token"] == result["kv_cache_bytes_if_mha"] == 2 * 6 * 256 * 4
 
 
+def test_host_syncs_benchmark_counts_at_most_one_read_per_step_and_token(tmp_path):
+    out = run_script("host_syncs.py", tmp_path=tmp_path)
+    counts, n = out["counts"], out["new_tokens"]
+    assert counts["public forward + backward"] == 1
+    assert counts["Trainer.train_step (2 micro-batches)"] == 1
+    for name, value in counts.items():
+        if name.startswith("generate"):
+            assert value <= n + 2, name  # the call's checks, and with stop one per token
+
+
 @pytest.mark.parametrize("script,args,message", [
     ("train_budget.py", ["--steps", "0"], "argument --steps"),
     ("train_budget.py", ["--threads", "-1"], "argument --threads"),
