@@ -109,18 +109,17 @@ def _check_table_sizes(config: TransformerConfig) -> None:
                          f"{table / 2**30:.0f} GiB for one position table (at most "
                          f"{_POSITION_TABLE_LIMIT // 2**30} GiB allowed); choose a smaller max_seq_len")
     kv_dim = c.kv_heads * c.head_dim
-    ff = (3 if c.activation in ("swiglu", "geglu") else 2) * c.d_model * c.ff_dim * max(c.moe_experts or 1, 1)
+    ff = (3 if c.activation == "swiglu" else 2) * c.d_model * c.ff_dim * max(c.moe_experts or 1, 1)
     per_layer = c.d_model * (2 * c.d_model + 2 * kv_dim) + ff
-    parts = {f"vocab_size={c.vocab_size} with d_model={c.d_model}": c.vocab_size * c.d_model
-             * (1 if c.tie_weights else 2) * 4,
-             f"num_layers={c.num_layers} with d_model={c.d_model} and ff_dim={c.ff_dim}":
-             c.num_layers * per_layer * 4}
-    total, memory = sum(parts.values()), _host_memory()
+    per_token = c.d_model * (1 if c.tie_weights else 2) + (c.num_layers * kv_dim if c.value_embeddings else 0)
+    parts = [(("vocab_size", "d_model"), c.vocab_size * per_token * 4),  # the embedding tables
+             (("num_layers", "d_model", "ff_dim"), c.num_layers * per_layer * 4)]  # the blocks
+    total, memory = sum(size for _, size in parts), _host_memory()
     if total > memory:
-        name = max(parts, key=parts.get)
-        raise ValueError(f"{name} needs about {total / 2**30:,.0f} GiB of float32 weights, more than "
-                         f"this machine's {memory / 2**30:,.0f} GiB of memory; choose a smaller "
-                         f"{name.split('=')[0]}")
+        fields = max(parts, key=lambda part: part[1])[0]  # the larger part names the fields
+        raise ValueError(f"{', '.join(f'{f}={getattr(c, f)}' for f in fields)} need about "
+                         f"{total / 2**30:,.0f} GiB of float32 weights, more than this machine's "
+                         f"{memory / 2**30:,.0f} GiB of memory; choose smaller values of {', '.join(fields)}")
 
 
 def _is_integer_tensor(t: torch.Tensor) -> bool:
