@@ -6,6 +6,7 @@ Usage::
     python -m fundamentallm.course student-edition OUT_DIR [--root .] [--repository URL]
     python -m fundamentallm.course grade SUBMISSIONS [--csv scores.csv] [--details details.csv]
                                          [--timeout 60] [--chapters 02 03] [--jobs 1] [--root .]
+                                         [--resume] [--seed N]
     python -m fundamentallm.course nbgrader OUT_DIR [--root .] [--points 1]
     python -m fundamentallm.course colab-edition colab [--root .]   (see course/colab.py)
 
@@ -35,13 +36,13 @@ from .book import (
     toc_files,
 )
 from .edition import student_config, student_edition, student_toc
-from .grading import DEFAULT_TIMEOUT_S, Result, csv_safe, grade, grade_student, submitted_code
+from .grading import DEFAULT_TIMEOUT_S, Result, csv_safe, grade, grade_student, review_source, submitted_code
 from .nbgrader import nbgrader_export
 
 __all__ = [
     "CHECK_TAG", "SOLUTION_TAG", "STUB_TAG", "Chapter", "Exercise", "Result", "book_chapters",
     "csv_safe", "exercise_label", "find_exercises", "grade", "grade_student", "main", "make_stub",
-    "nbgrader_export", "run_exercise", "student_config", "student_edition", "student_toc",
+    "nbgrader_export", "review_source", "run_exercise", "student_config", "student_edition", "student_toc",
     "submitted_code", "to_student_notebook", "toc_files",
 ]
 
@@ -54,7 +55,7 @@ def _print_table(rows: list[dict], details: list[Result]) -> None:
     if failed:
         print("\nnot passed:")
         for r in failed:
-            print(f"  {r.student} {r.label}: {r.message}")
+            print(f"  {r.student} {r.label} [{r.status}]: {r.message}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -76,6 +77,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     g.add_argument("--chapters", nargs="*", default=None, help="grade only these chapters (file name prefixes: 02 03)")
     g.add_argument("--jobs", type=int, default=1, help="students graded in parallel (default 1)")
     g.add_argument("--root", type=Path, default=None, help="the book's root (default: ./ or the package's repository)")
+    g.add_argument("--resume", action="store_true",
+                   help="continue the run recorded in the journal beside --csv (same seed, finished students kept)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="the seed of the checks' inputs (default: a fresh random one, kept in the journal)")
     n = sub.add_parser("nbgrader", help="write an nbgrader source assignment per chapter")
     n.add_argument("out_dir", type=Path)
     n.add_argument("--root", type=Path, default=None, help="the book's root (holds _toc.yml)")
@@ -98,7 +103,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"wrote {len(written)} nbgrader assignments to {args.out_dir}/source")
         else:
             rows, details = grade(args.submissions, args.csv, args.details, root=args.root,
-                                  timeout=args.timeout, chapters=args.chapters, jobs=args.jobs)
+                                  timeout=args.timeout, chapters=args.chapters, jobs=args.jobs,
+                                  seed=args.seed, resume=args.resume)
             _print_table(rows, details)
     except (FileNotFoundError, ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
