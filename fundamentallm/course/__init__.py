@@ -21,30 +21,27 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .book import (
-    CHECK_TAG,
-    SOLUTION_TAG,
-    STUB_TAG,
-    Chapter,
-    Exercise,
-    book_chapters,
-    exercise_label,
-    find_exercises,
-    make_stub,
-    run_exercise,
-    to_student_notebook,
-    toc_files,
-)
-from .edition import student_config, student_edition, student_toc
-from .grading import DEFAULT_TIMEOUT_S, Result, csv_safe, grade, grade_student, review_source, submitted_code
-from .nbgrader import nbgrader_export
+# The names below are imported on first use (PEP 562): the grading worker imports
+# fundamentallm.course.wire without paying for nbformat and the rest of the instructor's tools.
+_EXPORTS = {
+    "book": ["ANSWER_TAG", "CHECK_TAG", "SOLUTION_TAG", "STUB_TAG", "Chapter", "Exercise", "book_chapters",
+             "exercise_label", "exercise_parts", "find_exercises", "make_stub", "run_exercise",
+             "to_student_notebook", "toc_files"],
+    "edition": ["student_config", "student_edition", "student_toc"],
+    "grading": ["DEFAULT_TIMEOUT_S", "Result", "csv_safe", "grade", "grade_student", "review_source",
+                "submitted_code"],
+    "nbgrader": ["nbgrader_export"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE) + ["main"]
 
-__all__ = [
-    "CHECK_TAG", "SOLUTION_TAG", "STUB_TAG", "Chapter", "Exercise", "Result", "book_chapters",
-    "csv_safe", "exercise_label", "find_exercises", "grade", "grade_student", "main", "make_stub",
-    "nbgrader_export", "review_source", "run_exercise", "student_config", "student_edition", "student_toc",
-    "submitted_code", "to_student_notebook", "toc_files",
-]
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _print_table(rows: list[dict], details: list[Result]) -> None:
@@ -59,6 +56,10 @@ def _print_table(rows: list[dict], details: list[Result]) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from .edition import student_edition
+    from .grading import DEFAULT_TIMEOUT_S, grade
+    from .nbgrader import nbgrader_export
+
     parser = argparse.ArgumentParser(prog="python -m fundamentallm.course", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("student-edition", help="write the book without solutions")

@@ -14,26 +14,32 @@ the nesting depth, the number of items, the dtypes and shapes.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
 import struct
+import sys
 import time
 from typing import Any, Callable, Optional
-
-import numpy as np
-import torch
 
 MAGIC = b"FLW1"
 MAX_HEADER = 16 * 2 ** 20
 MAX_BUFFERS = 512 * 2 ** 20
 MAX_DEPTH = 40
 MAX_ITEMS = 1_000_000
-
-TORCH_DTYPES = {str(d).removeprefix("torch."): d for d in (
-    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
-    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
 NUMPY_KINDS = "biufc"
+TORCH_DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16", "complex64", "complex128",
+                     "int64", "int32", "int16", "int8", "uint8", "bool")
+# torch and NumPy are imported only when a message holds a tensor or an array (a worker whose
+# student code uses neither starts in a fraction of a second)
+
+
+@functools.lru_cache(maxsize=1)
+def torch_dtypes() -> dict:
+    import torch
+
+    return {name: getattr(torch, name) for name in TORCH_DTYPE_NAMES}
 
 
 class WireError(Exception):
@@ -52,6 +58,7 @@ def encode(value: Any, to_handle: Optional[Callable[[Any], int]] = None) -> tupl
     ``to_handle`` (the worker's side), or raise :class:`WireError` when it is None."""
     buffers: list[bytes] = []
     count = [0]
+    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")  # no tensor exists without them
 
     def enc(v: Any, depth: int) -> Any:
         count[0] += 1
@@ -61,22 +68,23 @@ def encode(value: Any, to_handle: Optional[Callable[[Any], int]] = None) -> tupl
             return v
         if isinstance(v, (int, float)) and type(v) in (int, float):
             return v
-        if isinstance(v, np.generic) and v.dtype.kind in NUMPY_KINDS:
+        if np is not None and isinstance(v, np.generic) and v.dtype.kind in NUMPY_KINDS:
             return v.item()
         if isinstance(v, Handle):
             return {"$h": v.hid}
-        if isinstance(v, torch.Tensor) and type(v) is torch.Tensor and v.layout == torch.strided \
-                and str(v.dtype).removeprefix("torch.") in TORCH_DTYPES:
-            t = v.detach().cpu().contiguous()
+        if torch is not None and isinstance(v, torch.Tensor) and v.layout == torch.strided \
+                and str(v.dtype).removeprefix("torch.") in TORCH_DTYPE_NAMES:
+            # a subclass (nn.Parameter, or one of the student's) is sent as its plain data
+            t = torch.Tensor.as_subclass(v.detach(), torch.Tensor).cpu().contiguous()
             buffers.append(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
             return {"$t": len(buffers) - 1, "dtype": str(t.dtype).removeprefix("torch."),
                     "shape": list(t.shape), "grad": bool(v.requires_grad)}
-        if isinstance(v, np.ndarray) and type(v) is np.ndarray and v.dtype.kind in NUMPY_KINDS:
+        if np is not None and type(v) is np.ndarray and v.dtype.kind in NUMPY_KINDS:
             buffers.append(np.ascontiguousarray(v).tobytes())
             return {"$a": len(buffers) - 1, "dtype": v.dtype.str, "shape": list(v.shape)}
         if type(v) is list:
             return [enc(x, depth + 1) for x in v]
-        if type(v) in (tuple, torch.Size):
+        if type(v) is tuple or (torch is not None and type(v) is torch.Size):
             return {"$tu": [enc(x, depth + 1) for x in v]}
         if type(v) in (set, frozenset):
             return {"$s": [enc(x, depth + 1) for x in v]}
@@ -105,7 +113,10 @@ def decode(obj: Any, buffers: list[bytes], from_handle: Callable[[int], Any]) ->
         if not isinstance(o, dict) or len(o) == 0:
             raise WireError(f"unexpected {type(o).__name__} in a message")
         if "$t" in o:
-            dtype = TORCH_DTYPES.get(o.get("dtype"))
+            import numpy as np
+            import torch
+
+            dtype = torch_dtypes().get(o.get("dtype"))
             shape = _shape(o.get("shape"))
             buf = _buffer(buffers, o["$t"])
             if dtype is None:
@@ -120,6 +131,8 @@ def decode(obj: Any, buffers: list[bytes], from_handle: Callable[[int], Any]) ->
                 t = torch.frombuffer(bytearray(buf), dtype=torch.uint8).view(dtype).reshape(shape)
             return t.requires_grad_(True) if o.get("grad") is True and t.is_floating_point() else t
         if "$a" in o:
+            import numpy as np
+
             try:
                 dtype = np.dtype(str(o.get("dtype")))
             except TypeError as e:
