@@ -202,11 +202,16 @@ def test_config_lists_the_extension():
     assert "fundamentallm.course.colab" in (ROOT / "_config.yml").read_text()
 
 
-def test_a_generated_notebook_executes(tmp_path):
-    """Chapter 2's edition runs end to end outside the repository (about 10-30 s)."""
+def test_a_generated_notebook_executes(rendered, tmp_path):
+    """Chapter 2's edition runs end to end outside the repository (about 10-30 s): no error, each
+    unattempted check prints one "not attempted yet" line, and no cell shows `Out: True`."""
     from nbclient import NotebookClient
 
-    nb = nbformat.read(EDITION / "02_attention_by_hand.ipynb", as_version=4)
+    nb = nbformat.reads(rendered["02_attention_by_hand.ipynb"], as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    for cell in (c for c in nb.cells if "check" in c.metadata.get("tags", [])):
+        text = "".join(o.get("text", "") for o in cell.outputs)
+        assert "not attempted yet" in text and len(text.strip().splitlines()) == 1, text
+        assert not [o for o in cell.outputs if o.output_type == "execute_result"]
