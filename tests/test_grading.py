@@ -616,6 +616,12 @@ def test_the_wire_round_trips_data_and_refuses_the_rest():
     ("import threading\n", (), None, "import of threading"),
     ("from torch import _C\n", (), None, "private _C"),
     ("f = getattr(torch, 'soft' + 'max')\n", ("torch.softmax",), None, "computed name"),
+    ("f = getattr(torch, 'softmax')\n", ("torch.softmax",), "torch.softmax", "names torch.softmax"),
+    ('def f(x):\n    """Softmax of x."""\n    return x\n', ("torch.softmax",), None, None),
+    ("g = functools.partial(getattr, torch)\n", (), None, "as a value"),
+    ("from torch import *\n", ("torch.softmax",), None, "`import *`"),
+    ("import operator\nf = operator.methodcaller('exp')\n", (), None, "`.methodcaller`"),
+    ("f = torch.compile(g)\n", (), None, "`.compile`"),
     ("import math\nimport torch\n\ndef f(x):\n    return torch.exp(x) / math.pi\n", ("torch.softmax",), None, None),
 ])
 def test_the_source_review(code, forbidden, hit, review):

@@ -37,6 +37,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import stat
 import subprocess
@@ -189,7 +190,8 @@ DYNAMIC_NAMES = {"__import__", "exec", "eval", "compile", "globals", "locals", "
                  "open", "input", "__builtins__", "__loader__", "__spec__", "memoryview", "help"}
 DYNAMIC_ATTRIBUTES = {"_getframe", "setprofile", "settrace", "getprofile", "gettrace", "f_back", "f_locals",
                       "f_globals", "f_code", "gi_frame", "cr_frame", "tb_frame", "tb_next", "ops", "_C",
-                      "modules", "system", "popen", "fork", "kill", "environ", "getppid", "setpgid", "setsid"}
+                      "modules", "system", "popen", "fork", "kill", "environ", "getppid", "setpgid", "setsid",
+                      "compile", "jit", "script", "methodcaller", "attrgetter"}
 ALLOWED_DUNDERS = {"__init__", "__call__", "__repr__", "__str__", "__len__", "__getitem__", "__iter__",
                    "__next__", "__eq__", "__hash__", "__name__", "__doc__", "__post_init__", "__lt__",
                    "__contains__", "__setitem__", "__enter__", "__exit__"}
@@ -225,6 +227,10 @@ def review_source(code: str, forbidden: Sequence[str] = ()) -> tuple[list[str], 
     hits: list[str] = []
     review: list[str] = []
 
+    direct = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+              and n.func.id in NAME_ONLY_ARGS and len(n.args) >= 2
+              and isinstance(n.args[1], ast.Constant) and isinstance(n.args[1].value, str)}
+
     def forbid(name: str, node: ast.AST) -> None:
         for dotted, key in keys:
             if _names_forbidden(name, key):
@@ -239,6 +245,8 @@ def review_source(code: str, forbidden: Sequence[str] = ()) -> tuple[list[str], 
                 elif module.split(".")[0] not in SAFE_MODULES or module.startswith(UNSAFE_SUBMODULES):
                     review.append(f"import of {module} (line {node.lineno})")
             for alias in node.names:
+                if alias.name == "*":
+                    review.append(f"`import *` (line {node.lineno})")
                 forbid(alias.name.rsplit(".", 1)[-1], node)
                 if isinstance(node, ast.ImportFrom) and alias.name.startswith("_") and alias.name != "__future__":
                     review.append(f"import of private {alias.name} (line {node.lineno})")
@@ -249,23 +257,24 @@ def review_source(code: str, forbidden: Sequence[str] = ()) -> tuple[list[str], 
             elif node.attr.startswith("__") and node.attr not in ALLOWED_DUNDERS:
                 review.append(f"`.{node.attr}` (line {node.lineno})")
         elif isinstance(node, ast.Name):
-            if node.id in DYNAMIC_NAMES:
+            if node.id in NAME_ONLY_ARGS and id(node) not in direct:
+                review.append(f"`{node.id}` with a computed name or as a value (line {node.lineno})")
+            elif node.id in DYNAMIC_NAMES:
                 review.append(f"`{node.id}` (line {node.lineno})")
             elif node.id.startswith("__") and node.id not in ALLOWED_DUNDERS:
                 review.append(f"`{node.id}` (line {node.lineno})")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if node.name.startswith("__") and node.name not in ALLOWED_DUNDERS:
                 review.append(f"a method `{node.name}` (line {node.lineno})")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NAME_ONLY_ARGS:
-            if len(node.args) >= 2 and not (isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
-                review.append(f"`{node.func.id}` with a computed name (line {node.lineno})")
-            elif len(node.args) >= 2:
-                forbid(node.args[1].value, node)
-                if node.args[1].value.startswith("__") or node.args[1].value in DYNAMIC_ATTRIBUTES:
-                    review.append(f"`{node.func.id}(..., {node.args[1].value!r})` (line {node.lineno})")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and keys and len(node.value) < 200:
-            for dotted, key in keys:  # a forbidden name spelled in a string (getattr, operator)
-                if any(_names_forbidden(w, key) for w in node.value.replace(".", " ").split()):
+        elif isinstance(node, ast.Call) and id(node.func) in direct:  # getattr(x, "name")
+            name = node.args[1].value
+            forbid(name, node)
+            if name.startswith("__") or name in DYNAMIC_ATTRIBUTES:
+                review.append(f"`{node.func.id}(..., {name!r})` (line {node.lineno})")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and keys \
+                and re.fullmatch(r"[A-Za-z_][\w.]{0,100}", node.value):  # a name as a string, not prose
+            for dotted, key in keys:
+                if any(_names_forbidden(w, key) for w in node.value.split(".")):
                     review.append(f"the string {node.value!r} names {dotted} (line {node.lineno})")
     return sorted(set(hits)), sorted(set(review), key=lambda r: (int(r.rsplit("line ", 1)[-1].rstrip(")")) if "line " in r else 0, r))
 
@@ -296,6 +305,11 @@ def chapter_prelude(chapter: Chapter) -> str:
 class GradingAbort(BaseException):
     """The worker timed out, died or broke the protocol: the exercise ends here. A
     ``BaseException``, so that no check's ``except Exception`` takes it for the student's error."""
+
+
+class NotGradable(GradingAbort):
+    """The check passes something other than data to the student's function: a bug of the
+    check (see the exercise contract), not of the answer. The exercise needs review."""
 
 
 class StudentError(Exception):
@@ -399,6 +413,10 @@ class StudentProxy:
     def __repr__(self) -> str:
         return f"<the student's {self.__name__}>"
 
+    def __bool__(self) -> bool:  # an object is not an answer: no check may take it for True
+        raise TypeError(f"{self.__name__} is an object of the student's, not data (a number, a "
+                        f"string, a tensor ...)")
+
 
 class Session:
     """One exercise of one student: its worker, its forbidden names and its proxies."""
@@ -443,7 +461,7 @@ class Session:
             a, abuf = self._encode(list(args))
             k, kbuf = self._encode(dict(kwargs))
         except wire.WireError as e:
-            raise TypeError(str(e)) from None
+            raise NotGradable(str(e)) from None
         shift = len(abuf)
         k = _shift_buffers(k, shift)
         header = {"op": "call", "target": proxy._hid, "args": a, "kwargs": k,
@@ -571,6 +589,8 @@ class StudentGrader:
         chapter = item.chapter.name
         try:
             result = self._grade(item)
+        except NotGradable as e:
+            result = self._result(item, False, f"the grader cannot run this check: {e}; please review", REVIEW)
         except GradingAbort as e:
             self.close()
             result = self._result(item, False, f"{e}" if str(e) else "the grading process stopped", FAILED)
