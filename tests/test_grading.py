@@ -622,6 +622,7 @@ def test_the_wire_round_trips_data_and_refuses_the_rest():
     ("from torch import *\n", ("torch.softmax",), None, "`import *`"),
     ("import operator\nf = operator.methodcaller('exp')\n", (), None, "`.methodcaller`"),
     ("f = torch.compile(g)\n", (), None, "`.compile`"),
+    ("import re\npattern = re.compile(r'\\w+')\n", (), None, None),
     ("import math\nimport torch\n\ndef f(x):\n    return torch.exp(x) / math.pi\n", ("torch.softmax",), None, None),
 ])
 def test_the_source_review(code, forbidden, hit, review):

@@ -191,7 +191,7 @@ DYNAMIC_NAMES = {"__import__", "exec", "eval", "compile", "globals", "locals", "
 DYNAMIC_ATTRIBUTES = {"_getframe", "setprofile", "settrace", "getprofile", "gettrace", "f_back", "f_locals",
                       "f_globals", "f_code", "gi_frame", "cr_frame", "tb_frame", "tb_next", "ops", "_C",
                       "modules", "system", "popen", "fork", "kill", "environ", "getppid", "setpgid", "setsid",
-                      "compile", "jit", "script", "methodcaller", "attrgetter"}
+                      "jit", "methodcaller", "attrgetter", "_dynamo"}
 ALLOWED_DUNDERS = {"__init__", "__call__", "__repr__", "__str__", "__len__", "__getitem__", "__iter__",
                    "__next__", "__eq__", "__hash__", "__name__", "__doc__", "__post_init__", "__lt__",
                    "__contains__", "__setitem__", "__enter__", "__exit__"}
@@ -252,7 +252,8 @@ def review_source(code: str, forbidden: Sequence[str] = ()) -> tuple[list[str], 
                     review.append(f"import of private {alias.name} (line {node.lineno})")
         elif isinstance(node, ast.Attribute):
             forbid(node.attr, node)
-            if node.attr in DYNAMIC_ATTRIBUTES:
+            if node.attr in DYNAMIC_ATTRIBUTES or (node.attr == "compile" and not (
+                    isinstance(node.value, ast.Name) and node.value.id in ("re", "regex"))):
                 review.append(f"`.{node.attr}` (line {node.lineno})")
             elif node.attr.startswith("__") and node.attr not in ALLOWED_DUNDERS:
                 review.append(f"`.{node.attr}` (line {node.lineno})")
