@@ -661,3 +661,31 @@ def test_missing_submissions_folder_is_an_error(tmp_path, capsys):
     (tmp_path / "empty" / "x").mkdir()
     with pytest.raises(ValueError, match="timeout"):
         grade(tmp_path / "empty", root=root, timeout=0)
+
+
+def test_a_check_may_differentiate_through_the_students_result_and_pass_a_generator():
+    """Autograd reaches through a proxy to the worker, and a generator crosses as its state (and
+    comes back advanced), as in a notebook."""
+    worker = grading.Worker(sandbox.Limits(), [])
+    try:
+        worker.budget = 60
+        code = ("import torch\n\ndef f(x, w):\n    return (x * x * w).sum(-1), x.detach()\n\n"
+                "def draw(generator):\n    return torch.rand(3, generator=generator)\n")
+        reply, buffers = worker.request({"op": "load", "chapter": "c", "label": "x", "code": code,
+                                         "prelude": "", "names": ["f", "draw"]})
+        session = grading.Session(worker, (), True)
+        names = session._reply(reply, buffers, "answer")
+        x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(3, dtype=torch.float64, requires_grad=True)
+        out, plain = names["f"](x, w)
+        assert out.requires_grad and not plain.requires_grad
+        gx, gw = torch.autograd.grad((out * torch.tensor([1.0, 2.0], dtype=torch.float64)).sum(), [x, w])
+        ref_x, ref_w = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        ref = torch.autograd.grad(((ref_x * ref_x * ref_w).sum(-1) * torch.tensor([1.0, 2.0], dtype=torch.float64)).sum(),
+                                  [ref_x, ref_w])
+        assert torch.allclose(gx, ref[0]) and torch.allclose(gw, ref[1])
+        g, local = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+        assert torch.equal(names["draw"](g), torch.rand(3, generator=local))
+        assert torch.equal(torch.rand(2, generator=g), torch.rand(2, generator=local))  # advanced alike
+    finally:
+        worker.close()

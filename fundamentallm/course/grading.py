@@ -33,6 +33,7 @@ import ast
 import builtins
 import contextlib
 import csv
+import functools
 import io
 import json
 import os
@@ -425,6 +426,7 @@ class Session:
     def __init__(self, worker: Worker, forbidden: Sequence[str], pure: bool) -> None:
         self.worker, self.forbidden, self.pure = worker, list(forbidden), pure
         self.forbidden_seen: Optional[str] = None
+        self.calls = 0
 
     def _encode(self, value: Any) -> tuple[Any, list[bytes]]:
         def to_handle(obj: Any) -> int:
@@ -465,8 +467,10 @@ class Session:
             raise NotGradable(str(e)) from None
         shift = len(abuf)
         k = _shift_buffers(k, shift)
-        header = {"op": "call", "target": proxy._hid, "args": a, "kwargs": k,
-                  "forbidden": self.forbidden, "pure": self.pure}
+        self.calls += 1
+        grad_inputs = wire.grad_tensors([list(args), dict(kwargs)])
+        header = {"op": "call", "target": proxy._hid, "args": a, "kwargs": k, "forbidden": self.forbidden,
+                  "pure": self.pure, "call": self.calls if grad_inputs else None}
         reply, buffers = self.worker.request(header, abuf + kbuf)
         out = self._reply(reply, buffers, f"result of {proxy.__name__}")
         if not isinstance(out, dict) or "value" not in out:
@@ -474,11 +478,49 @@ class Session:
         changed = out.get("changed")
         if isinstance(changed, dict):
             _apply_changes(args, changed)
-        return out["value"]
+        if not grad_inputs:
+            return out["value"]
+        # tensors computed from inputs that need gradients: autograd reaches through to the worker
+        remote, index = _remote_grad(), iter(range(1 << 30))
+        return wire.map_tensors(out["value"], lambda t: remote.apply(self, self.calls, next(index), t.detach(),
+                                                                      *grad_inputs) if t.requires_grad else t)
+
+    def backward(self, call: int, index: int, grad: Any, inputs: Sequence[Any]) -> tuple:
+        """The gradients, with respect to ``inputs``, of output ``index`` of call ``call``, for
+        the upstream gradient ``grad`` (computed in the worker, where the student's graph is)."""
+        obj, buffers = wire.encode(grad.detach())
+        reply, out = self.worker.request({"op": "backward", "call": call, "index": index, "grad": obj}, buffers)
+        grads = self._reply(reply, out, "gradient")
+        if not isinstance(grads, list) or len(grads) != len(inputs):
+            raise GradingAbort("the worker's answer broke the grader's format")
+        for g, x in zip(grads, inputs):
+            if g is not None and (getattr(g, "shape", None) != x.shape):
+                raise GradingAbort("a gradient of the answer does not have its input's shape")
+        return tuple(None if g is None else g.to(x.dtype) for g, x in zip(grads, inputs))
 
     def getattr(self, proxy: StudentProxy, name: str) -> Any:
         reply, buffers = self.worker.request({"op": "getattr", "target": proxy._hid, "name": name})
         return self._reply(reply, buffers, f"{proxy.__name__}.{name}")
+
+
+@functools.lru_cache(maxsize=1)
+def _remote_grad():
+    """An autograd function whose backward asks the worker: a check may differentiate through
+    the student's result (``torch.autograd.grad(out, inputs)``) as it would in a notebook."""
+    import torch
+
+    class RemoteGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, session, call, index, value, *inputs):  # noqa: D102
+            ctx.session, ctx.call, ctx.index = session, call, index
+            ctx.save_for_backward(*inputs)
+            return value.clone()
+
+        @staticmethod
+        def backward(ctx, grad):  # noqa: D102
+            return (None, None, None, None, *ctx.session.backward(ctx.call, ctx.index, grad, ctx.saved_tensors))
+
+    return RemoteGrad
 
 
 def _shift_buffers(obj: Any, shift: int) -> Any:
@@ -498,7 +540,9 @@ def _apply_changes(args: tuple, changed: dict) -> None:
     for key, value in changed.items():
         with contextlib.suppress(ValueError, TypeError, RuntimeError, IndexError):
             i = int(key)
-            if 0 <= i < len(args) and isinstance(args[i], torch.Tensor) and isinstance(value, torch.Tensor):
+            if 0 <= i < len(args) and isinstance(args[i], torch.Generator) and isinstance(value, torch.Generator):
+                args[i].set_state(value.get_state())  # the generator advanced as in the notebook
+            elif 0 <= i < len(args) and isinstance(args[i], torch.Tensor) and isinstance(value, torch.Tensor):
                 with torch.no_grad():
                     if value.shape == args[i].shape:
                         args[i].copy_(value.to(args[i].dtype))

@@ -5,7 +5,7 @@ A message is a JSON header plus raw buffers, framed as ``b"FLW1"``, the header's
 buffers' total length (8 bytes each, big-endian), the header, then the buffers. Data is what the
 checks exchange with a student's function: ``None``, bools, ints, floats, strings, lists, tuples,
 dicts (keys of these types), sets, NumPy arrays and torch tensors of numeric or boolean dtypes
-(sent as their raw bytes). Anything else crosses as a *handle* (``{"$h": id}``): an object that
+(sent as their raw bytes), and CPU ``torch.Generator`` objects (sent as their state). Anything else crosses as a *handle* (``{"$h": id}``): an object that
 stays in the worker and whose methods the grader calls through a proxy.
 
 Every limit is checked before memory is allocated: the header's size, the buffers' total size,
@@ -79,6 +79,9 @@ def encode(value: Any, to_handle: Optional[Callable[[Any], int]] = None) -> tupl
             buffers.append(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
             return {"$t": len(buffers) - 1, "dtype": str(t.dtype).removeprefix("torch."),
                     "shape": list(t.shape), "grad": bool(v.requires_grad)}
+        if torch is not None and isinstance(v, torch.Generator) and v.device.type == "cpu":
+            buffers.append(v.get_state().numpy().tobytes())  # a generator crosses as its state
+            return {"$g": len(buffers) - 1}
         if np is not None and type(v) is np.ndarray and v.dtype.kind in NUMPY_KINDS:
             buffers.append(np.ascontiguousarray(v).tobytes())
             return {"$a": len(buffers) - 1, "dtype": v.dtype.str, "shape": list(v.shape)}
@@ -130,6 +133,16 @@ def decode(obj: Any, buffers: list[bytes], from_handle: Callable[[int], Any]) ->
             else:
                 t = torch.frombuffer(bytearray(buf), dtype=torch.uint8).view(dtype).reshape(shape)
             return t.requires_grad_(True) if o.get("grad") is True and t.is_floating_point() else t
+        if "$g" in o:
+            import torch
+
+            generator = torch.Generator()
+            try:
+                generator.set_state(torch.frombuffer(bytearray(_buffer(buffers, o["$g"])) or bytearray(1),
+                                                     dtype=torch.uint8))
+            except RuntimeError as e:
+                raise WireError("a generator's state is not valid") from e
+            return generator
         if "$a" in o:
             import numpy as np
 
@@ -187,6 +200,28 @@ def _hashable(value: Any) -> Any:
     except TypeError as e:
         raise WireError("a dict key or set item is not hashable") from e
     return value
+
+
+def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """``value`` rebuilt with ``fn(t)`` in place of each torch tensor, visited in the order
+    :func:`encode` visits them (lists, tuples, dict keys then values); other values unchanged."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return fn(value)
+    if type(value) is list:
+        return [map_tensors(v, fn) for v in value]
+    if type(value) is tuple:
+        return tuple(map_tensors(v, fn) for v in value)
+    if type(value) is dict:
+        return {map_tensors(k, fn): map_tensors(v, fn) for k, v in value.items()}
+    return value
+
+
+def grad_tensors(value: Any) -> list:
+    """The tensors of ``value`` that require a gradient, in :func:`map_tensors` order."""
+    found: list = []
+    map_tensors(value, lambda t: found.append(t) if t.requires_grad else None)
+    return found
 
 
 # --- framing -----------------------------------------------------------------------------------
