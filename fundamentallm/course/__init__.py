@@ -44,7 +44,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _print_table(rows: list[dict], details: list[Result]) -> None:
+def _print_table(rows: list[dict], details: list) -> None:
     print(f"{'student':30s} {'score':>9s}")
     for row in rows:
         print(f"{row['student'][:30]:30s} {row['total']:4d}/{row['out_of']:<4d}")

@@ -31,7 +31,13 @@ MAX_HANDLES = 10_000
 
 def main() -> None:
     proto_in, proto_out = os.dup(0), os.dup(1)
-    from fundamentallm.course import wire  # torch is imported by the first tensor (or the student)
+    from fundamentallm.course import (  # torch is imported by the first tensor (or the student)
+        sandbox,
+        wire,
+    )
+
+    if os.environ.get(sandbox.LIMITS_ENV):
+        sandbox.set_limits(os.environ.pop(sandbox.LIMITS_ENV))
 
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):

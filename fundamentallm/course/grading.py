@@ -30,22 +30,15 @@ student is always written; rows are written as students finish (and a journal be
 from __future__ import annotations
 
 import ast
-import builtins
 import contextlib
 import csv
-import functools
 import io
 import json
 import os
 import random
-import re
-import signal
 import stat
-import subprocess
 import sys
-import tempfile
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,11 +46,12 @@ from typing import Any, Optional, Sequence
 
 import nbformat
 
-from . import sandbox, wire
+from . import sandbox
 from .book import ANSWER_TAG, CHECK_TAG, SOLUTION_TAG, Chapter, book_chapters, exercise_label
+from .proxy import GradingAbort, NotGradable, Session, StudentError, StudentProxy, Worker
+from .review import review_source
 
 DEFAULT_TIMEOUT_S = 60.0
-STARTUP_S = 120.0  # a fresh worker imports torch, on a busy machine
 MAX_NOTEBOOK_BYTES = 20 * 2 ** 20
 MAX_CODE_CHARS = 200_000
 MAX_FILES = 2_000  # files looked at in one student's folder
@@ -178,109 +172,6 @@ def _find_notebooks(folder: Path) -> dict[str, Path]:
     return found
 
 
-# --- what the grader reads in the source -------------------------------------------------------
-
-SAFE_MODULES = {"torch", "numpy", "math", "cmath", "fundamentallm", "collections", "itertools",
-                "functools", "typing", "dataclasses", "random", "statistics", "string", "re", "heapq",
-                "bisect", "operator", "copy", "enum", "fractions", "decimal", "abc", "numbers",
-                "matplotlib", "einops", "__future__"}
-UNSAFE_SUBMODULES = ("torch._", "torch.ops", "torch.library", "torch.utils.cpp_extension",
-                     "torch.multiprocessing", "torch.distributed", "numpy.ctypeslib", "fundamentallm.course",
-                     "fundamentallm.checks")
-DYNAMIC_NAMES = {"__import__", "exec", "eval", "compile", "globals", "locals", "vars", "breakpoint",
-                 "open", "input", "__builtins__", "__loader__", "__spec__", "memoryview", "help"}
-DYNAMIC_ATTRIBUTES = {"_getframe", "setprofile", "settrace", "getprofile", "gettrace", "f_back", "f_locals",
-                      "f_globals", "f_code", "gi_frame", "cr_frame", "tb_frame", "tb_next", "ops", "_C",
-                      "modules", "system", "popen", "fork", "kill", "environ", "getppid", "setpgid", "setsid",
-                      "jit", "methodcaller", "attrgetter", "_dynamo"}
-ALLOWED_DUNDERS = {"__init__", "__call__", "__repr__", "__str__", "__len__", "__getitem__", "__iter__",
-                   "__next__", "__eq__", "__hash__", "__name__", "__doc__", "__post_init__", "__lt__",
-                   "__contains__", "__setitem__", "__enter__", "__exit__"}
-NAME_ONLY_ARGS = {"getattr", "setattr", "delattr", "hasattr"}
-
-
-def _words(name: str) -> list[str]:
-    return [w for w in name.lower().strip("_").split("_") if w]
-
-
-def _forbidden_key(dotted: str) -> list[str]:
-    """The words that name a forbidden function: the last part of its dotted name (the class's
-    name for a method such as ``LayerNorm.forward``)."""
-    parts = dotted.split(".")
-    last = parts[-1] if parts[-1] not in ("forward", "__init__", "__call__") or len(parts) < 2 else parts[-2]
-    return _words(last)
-
-
-def _names_forbidden(name: str, key: list[str]) -> bool:
-    words = _words(name)
-    if "".join(words) == "".join(key):  # layer_norm ~ LayerNorm
-        return True
-    n = len(key)
-    return any(words[i:i + n] == key for i in range(len(words) - n + 1))  # log_softmax ~ softmax
-
-
-def review_source(code: str, forbidden: Sequence[str] = ()) -> tuple[list[str], list[str]]:
-    """Read a submission's code without running it: (forbidden functions it names, as
-    "name (line N)"; dynamic constructs that need review, as "what (line N)"). Raises
-    ``SyntaxError``."""
-    tree = ast.parse(code)
-    keys = [(d, _forbidden_key(d)) for d in forbidden]
-    hits: list[str] = []
-    review: list[str] = []
-
-    direct = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-              and n.func.id in NAME_ONLY_ARGS and len(n.args) >= 2
-              and isinstance(n.args[1], ast.Constant) and isinstance(n.args[1].value, str)}
-
-    def forbid(name: str, node: ast.AST) -> None:
-        for dotted, key in keys:
-            if _names_forbidden(name, key):
-                hits.append(f"{dotted} (as `{name}`, line {node.lineno})")
-
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for module in modules:
-                if node.__class__ is ast.ImportFrom and node.level:
-                    review.append(f"a relative import (line {node.lineno})")
-                elif module.split(".")[0] not in SAFE_MODULES or module.startswith(UNSAFE_SUBMODULES):
-                    review.append(f"import of {module} (line {node.lineno})")
-            for alias in node.names:
-                if alias.name == "*":
-                    review.append(f"`import *` (line {node.lineno})")
-                forbid(alias.name.rsplit(".", 1)[-1], node)
-                if isinstance(node, ast.ImportFrom) and alias.name.startswith("_") and alias.name != "__future__":
-                    review.append(f"import of private {alias.name} (line {node.lineno})")
-        elif isinstance(node, ast.Attribute):
-            forbid(node.attr, node)
-            if node.attr in DYNAMIC_ATTRIBUTES or (node.attr == "compile" and not (
-                    isinstance(node.value, ast.Name) and node.value.id in ("re", "regex"))):
-                review.append(f"`.{node.attr}` (line {node.lineno})")
-            elif node.attr.startswith("__") and node.attr not in ALLOWED_DUNDERS:
-                review.append(f"`.{node.attr}` (line {node.lineno})")
-        elif isinstance(node, ast.Name):
-            if node.id in NAME_ONLY_ARGS and id(node) not in direct:
-                review.append(f"`{node.id}` with a computed name or as a value (line {node.lineno})")
-            elif node.id in DYNAMIC_NAMES:
-                review.append(f"`{node.id}` (line {node.lineno})")
-            elif node.id.startswith("__") and node.id not in ALLOWED_DUNDERS:
-                review.append(f"`{node.id}` (line {node.lineno})")
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if node.name.startswith("__") and node.name not in ALLOWED_DUNDERS:
-                review.append(f"a method `{node.name}` (line {node.lineno})")
-        elif isinstance(node, ast.Call) and id(node.func) in direct:  # getattr(x, "name")
-            name = node.args[1].value
-            forbid(name, node)
-            if name.startswith("__") or name in DYNAMIC_ATTRIBUTES:
-                review.append(f"`{node.func.id}(..., {name!r})` (line {node.lineno})")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and keys \
-                and re.fullmatch(r"[A-Za-z_][\w.]{0,100}", node.value):  # a name as a string, not prose
-            for dotted, key in keys:
-                if any(_names_forbidden(w, key) for w in node.value.split(".")):
-                    review.append(f"the string {node.value!r} names {dotted} (line {node.lineno})")
-    return sorted(set(hits)), sorted(set(review), key=lambda r: (int(r.rsplit("line ", 1)[-1].rstrip(")")) if "line " in r else 0, r))
-
-
 def chapter_prelude(chapter: Chapter) -> str:
     """The chapter's own import statements (outside its exercises): the answer cells run after
     them, as in the notebook. Book code, read by the grader."""
@@ -300,254 +191,6 @@ def chapter_prelude(chapter: Chapter) -> str:
                 if text and text not in lines:
                     lines.append(text)
     return "\n".join(lines) + "\n"
-
-
-# --- the worker and the proxies ----------------------------------------------------------------
-
-class GradingAbort(BaseException):
-    """The worker timed out, died or broke the protocol: the exercise ends here. A
-    ``BaseException``, so that no check's ``except Exception`` takes it for the student's error."""
-
-
-class NotGradable(GradingAbort):
-    """The check passes something other than data to the student's function: a bug of the
-    check (see the exercise contract), not of the answer. The exercise needs review."""
-
-
-class StudentError(Exception):
-    """An exception of the student's code whose type is not a plain builtin error."""
-
-
-_BUILTIN_ERRORS = {name: getattr(builtins, name) for name in (
-    "ValueError", "TypeError", "IndexError", "KeyError", "RuntimeError", "ZeroDivisionError",
-    "NotImplementedError", "ArithmeticError", "OverflowError", "AttributeError", "LookupError",
-    "FloatingPointError", "NameError", "UnboundLocalError", "RecursionError")}
-
-
-class Worker:
-    """One sandboxed worker process and the channel to it. Every wait on it is charged to the
-    current exercise's time budget."""
-
-    def __init__(self, limits: sandbox.Limits, hidden: Sequence[Path]) -> None:
-        self.tmp = tempfile.TemporaryDirectory(prefix="fundamentallm-worker-")
-        bwrap = sandbox.bwrap_path()
-        if bwrap is not None:
-            cmd, env = sandbox.bwrap_command(bwrap, limits, hidden), {"PATH": "/usr/bin:/bin"}
-        else:
-            cmd, env = sandbox.plain_command(Path(self.tmp.name))
-        self.stderr = open(Path(self.tmp.name) / "stderr", "w+b")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-                                     cwd=self.tmp.name, env=env, start_new_session=True,
-                                     preexec_fn=lambda: sandbox.set_limits(limits))  # noqa: PLW1509
-        self.budget = STARTUP_S
-        self.timeout_message = f"the grading worker did not start within {STARTUP_S:g} s"
-        header, _ = self._recv()
-        if not header.get("ready"):
-            raise GradingAbort("the grading worker did not start")
-
-    def _recv(self) -> tuple[dict, list[bytes]]:
-        started = time.monotonic()
-        try:
-            return wire.recv(self.proc.stdout.fileno(), started + max(self.budget, 0.0))
-        except wire.Timeout:
-            raise GradingAbort(self.timeout_message) from None
-        except wire.Closed:
-            self.proc.wait()
-            raise GradingAbort(f"the grading process ended (exit code {self.proc.returncode}){self._tail()}") from None
-        except wire.WireError as e:
-            raise GradingAbort(f"the worker's answer broke the grader's format ({e})") from None
-        finally:
-            self.budget -= time.monotonic() - started
-
-    def _tail(self) -> str:
-        with contextlib.suppress(OSError):
-            self.stderr.seek(0, os.SEEK_END)
-            size = self.stderr.tell()
-            self.stderr.seek(max(0, size - 300))
-            tail = self.stderr.read().decode("utf-8", "replace").strip().splitlines()
-            if tail:
-                return f": {tail[-1][:200]}"
-        return ""
-
-    def request(self, header: dict, buffers: Sequence[bytes] = ()) -> tuple[dict, list[bytes]]:
-        try:
-            wire.send(self.proc.stdin.fileno(), header, list(buffers))
-        except (BrokenPipeError, OSError):
-            self.proc.wait()
-            raise GradingAbort(f"the grading process ended (exit code {self.proc.returncode})") from None
-        reply, out = self._recv()
-        if not isinstance(reply, dict):
-            raise GradingAbort("the worker's answer broke the grader's format")
-        return reply, out
-
-    def close(self) -> None:
-        """Kill the worker and everything it started (the sandbox's PID namespace dies with it)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.stderr):
-            with contextlib.suppress(OSError):
-                f.close()
-        self.tmp.cleanup()
-
-
-class StudentProxy:
-    """The grader's stand-in for one of the student's objects in the worker: calling it (or a
-    method of it) sends data there and returns data. It has no other behaviour: no comparison,
-    no conversion, no iteration -- a check that needs those gets a ``TypeError``."""
-
-    _student_proxy = True
-
-    def __init__(self, session: "Session", hid: int, name: str) -> None:
-        self._session, self._hid = session, hid
-        self.__name__ = self.__qualname__ = name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._session.call(self, args, kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name.startswith("_session") or name == "_hid":
-            raise AttributeError(name)
-        return self._session.getattr(self, name)
-
-    def __repr__(self) -> str:
-        return f"<the student's {self.__name__}>"
-
-    def __bool__(self) -> bool:  # an object is not an answer: no check may take it for True
-        raise TypeError(f"{self.__name__} is an object of the student's, not data (a number, a "
-                        f"string, a tensor ...)")
-
-
-class Session:
-    """One exercise of one student: its worker, its forbidden names and its proxies."""
-
-    def __init__(self, worker: Worker, forbidden: Sequence[str], pure: bool) -> None:
-        self.worker, self.forbidden, self.pure = worker, list(forbidden), pure
-        self.forbidden_seen: Optional[str] = None
-        self.calls = 0
-
-    def _encode(self, value: Any) -> tuple[Any, list[bytes]]:
-        def to_handle(obj: Any) -> int:
-            if isinstance(obj, StudentProxy) and obj._session.worker is self.worker:
-                return obj._hid
-            raise wire.WireError(f"the check passes a {type(obj).__name__} to the student's function; "
-                                 f"the grader forwards only data (a bug of the check, not of the answer)")
-        return wire.encode(value, to_handle)
-
-    def _decode(self, obj: Any, buffers: list[bytes], name: str) -> Any:
-        try:
-            return wire.decode(obj, buffers, lambda hid: StudentProxy(self, hid, name))
-        except wire.WireError as e:
-            raise GradingAbort(f"the answer could not be read ({e})") from None
-
-    def _reply(self, reply: dict, buffers: list[bytes], name: str) -> Any:
-        if "forbidden" in reply:
-            self.forbidden_seen = str(reply["forbidden"])[:500]
-            from ..checks.core import CheckFailed
-
-            raise CheckFailed(self.forbidden_seen)
-        if "error" in reply:
-            err = reply["error"] if isinstance(reply["error"], dict) else {}
-            kind, message = str(err.get("type", "Error"))[:100], str(err.get("message", ""))[:2000]
-            cls = _BUILTIN_ERRORS.get(kind)
-            exc = cls(message) if cls is not None else StudentError(f"{kind}: {message}")
-            exc._raised_by_student = True  # type: ignore[attr-defined]
-            raise exc
-        if reply.get("ok") is not True:
-            raise GradingAbort("the worker's answer broke the grader's format")
-        return self._decode(reply.get("result"), buffers, name)
-
-    def call(self, proxy: StudentProxy, args: tuple, kwargs: dict) -> Any:
-        try:
-            a, abuf = self._encode(list(args))
-            k, kbuf = self._encode(dict(kwargs))
-        except wire.WireError as e:
-            raise NotGradable(str(e)) from None
-        shift = len(abuf)
-        k = _shift_buffers(k, shift)
-        self.calls += 1
-        grad_inputs = wire.grad_tensors([list(args), dict(kwargs)])
-        header = {"op": "call", "target": proxy._hid, "args": a, "kwargs": k, "forbidden": self.forbidden,
-                  "pure": self.pure, "call": self.calls if grad_inputs else None}
-        reply, buffers = self.worker.request(header, abuf + kbuf)
-        out = self._reply(reply, buffers, f"result of {proxy.__name__}")
-        if not isinstance(out, dict) or "value" not in out:
-            raise GradingAbort("the worker's answer broke the grader's format")
-        changed = out.get("changed")
-        if isinstance(changed, dict):
-            _apply_changes(args, changed)
-        if not grad_inputs:
-            return out["value"]
-        # tensors computed from inputs that need gradients: autograd reaches through to the worker
-        remote, index = _remote_grad(), iter(range(1 << 30))
-        return wire.map_tensors(out["value"], lambda t: remote.apply(self, self.calls, next(index), t.detach(),
-                                                                      *grad_inputs) if t.requires_grad else t)
-
-    def backward(self, call: int, index: int, grad: Any, inputs: Sequence[Any]) -> tuple:
-        """The gradients, with respect to ``inputs``, of output ``index`` of call ``call``, for
-        the upstream gradient ``grad`` (computed in the worker, where the student's graph is)."""
-        obj, buffers = wire.encode(grad.detach())
-        reply, out = self.worker.request({"op": "backward", "call": call, "index": index, "grad": obj}, buffers)
-        grads = self._reply(reply, out, "gradient")
-        if not isinstance(grads, list) or len(grads) != len(inputs):
-            raise GradingAbort("the worker's answer broke the grader's format")
-        for g, x in zip(grads, inputs):
-            if g is not None and (getattr(g, "shape", None) != x.shape):
-                raise GradingAbort("a gradient of the answer does not have its input's shape")
-        return tuple(None if g is None else g.to(x.dtype) for g, x in zip(grads, inputs))
-
-    def getattr(self, proxy: StudentProxy, name: str) -> Any:
-        reply, buffers = self.worker.request({"op": "getattr", "target": proxy._hid, "name": name})
-        return self._reply(reply, buffers, f"{proxy.__name__}.{name}")
-
-
-@functools.lru_cache(maxsize=1)
-def _remote_grad():
-    """An autograd function whose backward asks the worker: a check may differentiate through
-    the student's result (``torch.autograd.grad(out, inputs)``) as it would in a notebook."""
-    import torch
-
-    class RemoteGrad(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, session, call, index, value, *inputs):  # noqa: D102
-            ctx.session, ctx.call, ctx.index = session, call, index
-            ctx.save_for_backward(*inputs)
-            return value.clone()
-
-        @staticmethod
-        def backward(ctx, grad):  # noqa: D102
-            return (None, None, None, None, *ctx.session.backward(ctx.call, ctx.index, grad, ctx.saved_tensors))
-
-    return RemoteGrad
-
-
-def _shift_buffers(obj: Any, shift: int) -> Any:
-    """``obj`` with its buffer indices moved by ``shift`` (the kwargs' buffers follow the args')."""
-    if isinstance(obj, list):
-        return [_shift_buffers(x, shift) for x in obj]
-    if isinstance(obj, dict):
-        return {k: (v + shift if k in ("$t", "$a") else _shift_buffers(v, shift)) for k, v in obj.items()}
-    return obj
-
-
-def _apply_changes(args: tuple, changed: dict) -> None:
-    """Copy the student's in-place changes of tensor arguments back onto the check's tensors, so
-    the check sees them as it would in a notebook."""
-    import torch
-
-    for key, value in changed.items():
-        with contextlib.suppress(ValueError, TypeError, RuntimeError, IndexError):
-            i = int(key)
-            if 0 <= i < len(args) and isinstance(args[i], torch.Generator) and isinstance(value, torch.Generator):
-                args[i].set_state(value.get_state())  # the generator advanced as in the notebook
-            elif 0 <= i < len(args) and isinstance(args[i], torch.Tensor) and isinstance(value, torch.Tensor):
-                with torch.no_grad():
-                    if value.shape == args[i].shape:
-                        args[i].copy_(value.to(args[i].dtype))
-                    else:
-                        args[i].resize_(0)  # a changed shape: no longer equal to the input
 
 
 # --- grading one student -----------------------------------------------------------------------
@@ -904,7 +547,7 @@ def grade(submissions: Path, csv_path: Optional[Path] = None, details_path: Opti
             if details_path is not None:
                 def details(w):
                     w.writerow(["student", "chapter", "exercise", "passed", "status", "message"])
-                    for n, results in finished:
+                    for _, results in finished:
                         for r in results:
                             w.writerow([csv_safe(r.student), r.chapter, r.label, int(r.passed), r.status, csv_safe(r.message)])
                 _write_atomic(Path(details_path), details)

@@ -8,7 +8,8 @@ from the book), a private empty ``/tmp`` (size-limited), ``/proc`` of its own PI
 minimal ``/dev``: no book, no other submission, no output file, no home folder, no network, no
 other process. It is killed with its parent (``--die-with-parent``) and every process it starts
 dies with it (the PID namespace). Memory, CPU time, file size and open files are limited with
-``setrlimit`` before bubblewrap starts, so the limits hold inside.
+``setrlimit`` by the worker itself, before any student code runs (soft and hard limits: the
+student's code cannot raise them again).
 """
 
 from __future__ import annotations
@@ -103,25 +104,33 @@ def bwrap_command(bwrap: str, limits: Limits, hidden: Sequence[Path]) -> list[st
             cmd += ["--tmpfs", h]
     env = {"PYTHONPATH": SANDBOX_PACKAGE_PARENT, "HOME": "/tmp", "PATH": "/usr/local/bin:/usr/bin:/bin",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONNOUSERSITE": "1", "MPLBACKEND": "Agg", "LANG": "C.UTF-8"}
+           "PYTHONNOUSERSITE": "1", "MPLBACKEND": "Agg", "LANG": "C.UTF-8", LIMITS_ENV: limits_text(limits)}
     for k, v in env.items():
         cmd += ["--setenv", k, v]
     return cmd + ["--chdir", "/tmp", "--", sys.executable, "-s", "-m", "fundamentallm.course._worker"]
 
 
-def plain_command(workdir: Path) -> tuple[list[str], dict]:
+def plain_command(workdir: Path, limits: Limits) -> tuple[list[str], dict]:
     """The worker as a plain process (no bubblewrap): started through ``sh`` so that its parent
     process is not the grader, in an empty folder, with a minimal environment."""
     env = {"PYTHONPATH": str(PACKAGE_DIR.parent), "HOME": str(workdir), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-           "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "MPLBACKEND": "Agg"}
+           "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "MPLBACKEND": "Agg",
+           LIMITS_ENV: limits_text(limits)}
     return ["/bin/sh", "-c", '"$0" "$@"; :', sys.executable, "-s", "-m", "fundamentallm.course._worker"], env
 
 
-def set_limits(limits: Limits) -> None:
-    """In the child, before bubblewrap or Python starts: the worker's resource limits."""
-    for what, value in ((resource.RLIMIT_AS, limits.memory_bytes), (resource.RLIMIT_CPU, limits.cpu_seconds),
-                        (resource.RLIMIT_FSIZE, limits.file_bytes), (resource.RLIMIT_NOFILE, limits.open_files),
-                        (resource.RLIMIT_CORE, 0)):
+LIMITS_ENV = "FUNDAMENTALLM_WORKER_LIMITS"
+
+
+def limits_text(limits: Limits) -> str:
+    return f"{limits.memory_bytes},{limits.cpu_seconds},{limits.file_bytes},{limits.open_files}"
+
+
+def set_limits(text: str) -> None:
+    """In the worker, before any student code: its resource limits (from :func:`limits_text`)."""
+    memory, cpu, size, files = (int(v) for v in text.split(","))
+    for what, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, size),
+                        (resource.RLIMIT_NOFILE, files), (resource.RLIMIT_CORE, 0)):
         soft, hard = resource.getrlimit(what)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(what, (value, value))
