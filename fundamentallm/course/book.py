@@ -97,7 +97,7 @@ def exercise_parts(nb) -> list[dict]:
         elif cell.cell_type == "code" and SOLUTION_TAG in tags:  # a solution cell without markers
             current["solution"].append(i)
             current["solution_code"].append(i)
-        elif cell.cell_type == "code" and ANSWER_TAG in tags or (cell.cell_type == "code" and "exercise-stub" in tags):
+        elif cell.cell_type == "code" and ANSWER_TAG in tags:
             current["answer"] = i
         elif cell.cell_type == "code" and CHECK_TAG in tags:
             current["check"] = i
@@ -169,8 +169,6 @@ def to_student_notebook(nb):
             cell.outputs, cell.execution_count = [], None
             cells.append(cell)
         elif i not in drop:
-            if cell.cell_type == "code" and "raises-exception" in _tags(cell) and CHECK_TAG in _tags(cell):
-                cell.metadata["tags"] = [t for t in _tags(cell) if t != "raises-exception"]
             cells.append(cell)
     nb.cells = cells
     return nb
