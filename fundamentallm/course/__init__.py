@@ -48,11 +48,17 @@ def _print_table(rows: list[dict], details: list) -> None:
     print(f"{'student':30s} {'score':>9s}")
     for row in rows:
         print(f"{row['student'][:30]:30s} {row['total']:4d}/{row['out_of']:<4d}")
-    failed = [r for r in details if not r.passed]
-    if failed:
-        print("\nnot passed:")
-        for r in failed:
-            print(f"  {r.student} {r.label} [{r.status}]: {r.message}")
+    counts: dict[str, int] = {}
+    for r in details:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    print("\n" + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    review = [r for r in details if r.status == "needs review"]
+    if review:
+        print("\nneeds review (0 marks until you read the code):")
+        for r in review:
+            print(f"  {r.student} {r.label}: {r.message}")
+    if any(r.status in ("failed", "not attempted", "missing") for r in details):
+        print("\nthe reason of every mark: --details FILE (one row per student and exercise)")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
