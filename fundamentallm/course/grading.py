@@ -531,6 +531,8 @@ def grade(submissions: Path, csv_path: Optional[Path] = None, details_path: Opti
             Path(out).parent.mkdir(parents=True, exist_ok=True)
     journal = Journal(Path(str(csv_path) + ".journal.jsonl"), seed, labels, resume) if csv_path is not None else None
     run_seed = journal.seed if journal is not None else (seed if seed is not None else random.SystemRandom().randrange(2 ** 62))
+    if not quiet:  # kept in the journal too; --seed N draws the same inputs again
+        print(f"the checks' inputs are drawn with --seed {run_seed}", file=sys.stderr)
     done: dict[str, list[Result]] = dict(journal.done) if journal is not None else {}
     write_lock = threading.Lock()
 
