@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -391,7 +392,9 @@ def grade_student(name: str, folder: Path, chapters: Sequence[Chapter], timeout:
         with grading_context(random.SystemRandom().randrange(2 ** 62)):
             return grade_student(name, folder, chapters, timeout, limits, hidden, preludes)
     results, items = read_submission(name, folder, chapters, preludes)
-    grader = StudentGrader(name, limits or sandbox.Limits(), hidden, timeout, sys.stdout)
+    # CPU time of one worker: a backstop for its whole life, never shorter than its exercises' limits
+    limits = dataclasses.replace(limits or sandbox.Limits(), cpu_seconds=int(timeout * (len(items) + 2)) + 120)
+    grader = StudentGrader(name, limits, hidden, timeout, sys.stdout)
     try:
         for item in items:
             results[item.label] = grader.grade(item)

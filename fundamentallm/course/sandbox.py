@@ -37,7 +37,7 @@ class Limits:
     """Resource limits of one worker."""
 
     memory_bytes: int = 6 * 2 ** 30  # address space: torch maps much more than it uses
-    cpu_seconds: int = 600
+    cpu_seconds: int = 600  # the grader sets it from the number of exercises and --timeout
     file_bytes: int = 64 * 2 ** 20
     tmp_bytes: int = 128 * 2 ** 20
     open_files: int = 256
