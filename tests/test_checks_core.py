@@ -165,3 +165,78 @@ def test_every_forbidden_name_resolves_and_is_documented_in_the_statement_or_the
     for check, names in FORBIDDEN.items():
         for name in names:
             assert name.startswith(("torch.", "fundamentallm.")), (check, name)
+
+
+def test_what_a_check_shows_in_a_notebook(tmp_path):
+    """In a kernel: a pass is one ✓ line and no `Out: True`; a stub one "not attempted yet" line
+    and no error (Run All goes on); a wrong answer one message without the package's frames; a
+    crash the student's own frames, then the message."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError  # noqa: F401  (errors are allowed below)
+
+    code = nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        code("import torch\nfrom fundamentallm import checks"),
+        code("def make_causal_mask(T):\n    return torch.ones(T, T, dtype=torch.bool).tril()"),
+        code("checks.check_make_causal_mask(make_causal_mask)"),
+        code("def make_causal_mask(T):\n    raise NotImplementedError  # your code here"),
+        code("checks.check_make_causal_mask(make_causal_mask)"),
+        code("checks.check_make_causal_mask(None)"),
+        code("def make_causal_mask(T):\n    return torch.ones(T, T, dtype=torch.bool).triu()"),
+        code("checks.check_make_causal_mask(make_causal_mask)", metadata={"tags": ["raises-exception"]}),
+        code("def helper(T):\n    return [][T]\n\ndef make_causal_mask(T):\n    return helper(T)"),
+        code("checks.check_make_causal_mask(make_causal_mask)", metadata={"tags": ["raises-exception"]}),
+        code("print('the notebook went on')"),
+    ]
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+    def shown(i):
+        out = nb.cells[i].outputs
+        text = "".join(o.get("text", "") for o in out)
+        errors = [o for o in out if o.output_type == "error"]
+        return text, errors, [o for o in out if o.output_type == "execute_result"]
+
+    text, errors, results = shown(2)
+    assert text.startswith("\u2713 check_make_causal_mask passed") and len(text.splitlines()) == 1
+    assert not errors and not results
+    for i in (4, 5):
+        text, errors, results = shown(i)
+        assert "not attempted yet" in text and len(text.splitlines()) == 1 and not errors and not results
+    _, errors, _ = shown(7)
+    (error,) = errors
+    assert error["ename"] == "CheckFailed" and len(error["traceback"]) == 1
+    assert error["traceback"][0].startswith("\u2717 check_make_causal_mask failed: mask for T=2")
+    _, errors, _ = shown(9)
+    trace = "\n".join(errors[0]["traceback"])
+    assert "return [][T]" in trace and "return helper(T)" in trace  # the student's frames
+    assert "fundamentallm" not in trace.replace("\u2717 check_make_causal_mask: your code raised", "")
+    assert "your code raised IndexError" in errors[0]["traceback"][-1]
+    assert shown(10)[0] == "the notebook went on\n"
+
+
+def test_outside_a_notebook_a_stub_raises_not_attempted_and_a_pass_returns_true():
+    with pytest.raises(checks.NotAttempted, match="NotImplementedError"):
+        checks.check_make_causal_mask(lambda T: (_ for _ in ()).throw(NotImplementedError))
+    with pytest.raises(checks.NotAttempted, match="replace None"):
+        checks.check_make_causal_mask(None)
+    assert issubclass(checks.NotAttempted, CheckFailed)
+    assert checks.check_make_causal_mask(lambda T: torch.ones(T, T, dtype=torch.bool).tril()) is True
+    with checks.strict():
+        assert checks.core.in_ipython() is False
+
+
+def test_rng_is_fixed_in_a_notebook_and_fresh_when_grading():
+    from fundamentallm.checks.core import grading_seed
+
+    a, b = torch.randn(3, generator=checks.rng(1)), torch.randn(3, generator=checks.rng(1))
+    assert torch.equal(a, b)
+    with grading_seed(12345):
+        c = torch.randn(3, generator=checks.rng(1))
+        d = torch.randn(3, generator=torch.Generator().manual_seed(1))  # the checks' older spelling
+    with grading_seed(12345):
+        e = torch.randn(3, generator=checks.rng(1))
+    assert not torch.equal(a, c) and torch.equal(c, e) and not torch.equal(d, a)
+    assert torch.equal(torch.randn(3, generator=torch.Generator().manual_seed(1)), a)  # restored

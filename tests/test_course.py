@@ -3,6 +3,7 @@ the stub; the student edition has no solutions, runs end to end, and grading sco
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from fundamentallm import checks
 from fundamentallm.course import (
     Exercise,
+    exercise_parts,
     find_exercises,
     make_stub,
     run_exercise,
@@ -52,11 +54,11 @@ def test_check_passes_on_reference_solution(notebook, exercise):
 
 
 @pytest.mark.parametrize(("notebook", "exercise"), EXERCISES, ids=IDS)
-def test_check_fails_helpfully_on_stub(notebook, exercise):
-    stub = Exercise(exercise.label, make_stub(exercise.code, exercise.label), exercise.check)
+def test_check_says_not_attempted_on_the_answer_stub(notebook, exercise):
+    stub = Exercise(exercise.label, exercise.answer, exercise.check)
     ok, message = run_exercise(stub)
-    assert not ok, f"{notebook} {exercise.label}: the check passes on an unimplemented stub"
-    assert message.startswith("CheckFailed") and "NotImplementedError" in message, message
+    assert not ok, f"{notebook} {exercise.label}: the check passes on the unattempted stub"
+    assert message.startswith("NotAttempted") and "not attempted yet" in message, message
 
 
 def test_every_chapter_has_three_checked_exercises():
@@ -103,20 +105,78 @@ def test_malformed_exercise_is_reported():
 def test_student_notebook_has_no_solutions():
     for path in _chapters():
         nb = nbformat.read(path, as_version=4)
+        parts = exercise_parts(nb)
         student = to_student_notebook(nb)
         text = "\n".join(c.source for c in student.cells)
         assert "solution-start" not in text and "solution-end" not in text
         assert not [c for c in student.cells if "solution" in c.metadata.get("tags", [])]
-        stubs = [c for c in student.cells if "exercise-stub" in c.metadata.get("tags", [])]
-        assert len(stubs) == len(find_exercises(nb))
-        for cell in stubs:
-            assert "NotImplementedError" in cell.source
-        assert len(student.cells) == len(nb.cells) - 2 * len(stubs)
+        answers = [c for c in student.cells if "answer" in c.metadata.get("tags", [])]
+        assert len(answers) == len(parts)
+        generated = sum(part["answer"] is None for part in parts)  # an older chapter's stubs
+        assert len(student.cells) == len(nb.cells) - sum(len(p["solution"]) for p in parts) + generated
+
+
+def _fixture_notebook():
+    """One exercise in the contract's format, with a markdown idea inside the solution block."""
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [md("# 2. Title"), code("import torch\nfrom fundamentallm import checks"),
+                md(":::{exercise} Scores\n:label: ch02-ex1\n:class: variant\n\nWrite it.\n:::"),
+                code("def scaled_scores(q, k):\n    raise NotImplementedError  # your code here",
+                     metadata={"tags": ["answer"], "exercise": {"difficulty": 1, "minutes": 5}}),
+                md("````{solution-start} ch02-ex1\n:class: dropdown\n````"),
+                code("def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5",
+                     metadata={"tags": ["solution"]}),
+                md("SECRET IDEA: divide by the square root."),
+                md("````{solution-end}\n````"),
+                code("checks.check_scaled_scores(scaled_scores)", metadata={"tags": ["check"]}),
+                md("After the exercise.")]
+    return nb
+
+
+def test_the_contract_format_in_every_edition(tmp_path):
+    from fundamentallm.course.colab import render_notebook
+    from fundamentallm.course.nbgrader import nbgrader_notebook
+
+    nb = _fixture_notebook()
+    (ex,) = find_exercises(nb)
+    assert ex.answer.startswith("def scaled_scores") and "NotImplementedError" in ex.answer
+    assert "SECRET IDEA" in ex.idea and "transpose" in ex.code
+    assert run_exercise(ex)[0] and not run_exercise(Exercise(ex.label, ex.answer, ex.check))[0]
+    student = to_student_notebook(nb)
+    assert [c.source.split("\n")[0][:14] for c in student.cells] == [
+        "# 2. Title", "import torch", ":::{exercise} ", "def scaled_sco", "checks.check_s", "After the exer"]
+    assert "SECRET" not in json.dumps(student) and "transpose" not in json.dumps(student)
+    path = tmp_path / "02_fixture.ipynb"
+    nbformat.write(nb, path)
+    colab = render_notebook(path, {"ch02-ex1": ("exercise", "2.1")}, {})
+    kinds = [(c["cell_type"], "".join(c["source"])[:9]) for c in colab["cells"]]
+    assert kinds[3:] == [("markdown", "### Exerc"), ("code", "def scale"), ("code", "checks.ch"),
+                         ("markdown", "<details>"), ("markdown", "After the")]
+    details = "".join(colab["cells"][6]["source"])
+    assert "```python\ndef scaled_scores" in details and "SECRET IDEA" in details and details.endswith("</details>")
+    assert not [c for c in colab["cells"] if "solution" in c.get("metadata", {}).get("tags", [])]
+    graded = nbgrader_notebook(nb)
+    sources = [c.source for c in graded.cells]
+    assert not any("SECRET" in s or "NotImplementedError  # your code here" in s for s in sources)
+    assert any("### BEGIN SOLUTION" in s for s in sources)
+    assert any(s.startswith("with checks.strict():") for s in sources)
+
+
+def test_malformed_exercises_are_named():
+    nb = _fixture_notebook()
+    del nb.cells[8]  # the check cell
+    with pytest.raises(ValueError, match="ch02-ex1.*no check cell"):
+        find_exercises(nb)
+    nb = _fixture_notebook()
+    nb.cells[2].source = ":::{exercise} Scores\n\nno label\n:::"
+    with pytest.raises(ValueError, match="no :label:"):
+        find_exercises(nb)
 
 
 def test_student_edition_executes_end_to_end(tmp_path):
-    """Generate the student edition and run every notebook: the stubs' checks fail (tagged
-    raises-exception), everything else must run."""
+    """Generate the student edition and run every notebook: every cell runs without an error
+    (an unattempted exercise's check prints one line), and no check shows `Out: True`."""
     from nbclient import NotebookClient
 
     written = student_edition(tmp_path / "student", ROOT)
@@ -127,6 +187,8 @@ def test_student_edition_executes_end_to_end(tmp_path):
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                   if o.get("output_type") == "error"]
-        stubs_checked = [c for c in nb.cells if "check" in c.metadata.get("tags", [])]
-        assert len(errors) == len(stubs_checked), f"{path.name}: unexpected errors {[e['ename'] for e in errors]}"
-        assert all(e["ename"] == "CheckFailed" for e in errors), f"{path.name}: {[e['evalue'] for e in errors]}"
+        assert not errors, f"{path.name}: {[e['evalue'] for e in errors]}"
+        for cell in (c for c in nb.cells if "check" in c.metadata.get("tags", [])):
+            text = "".join(o.get("text", "") for o in cell.outputs)
+            assert "not attempted yet" in text and len(text.strip().splitlines()) == 1, text
+            assert not [o for o in cell.outputs if o.get("output_type") == "execute_result"]

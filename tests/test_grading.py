@@ -1,319 +1,701 @@
-"""Attacks on the grader, each a student folder in one class graded once (one fresh process per
-student): every attack from issue 12 must cost only the attacker, and only what it broke. Plus an
-honest correct and an honest wrong answer for every exercise of the book."""
+"""Attacks on the grader (issue 25), each a student folder in one class graded once: every
+attacker leaves every exercise as the stub, so any mark is a successful attack. Honest and wrong
+students graded before and after the attackers must keep their rows; no process may outlive the
+grading; no file outside the output may change.
+
+The class is graded against a small fixture book written in tmp_path: chapter 02 has two
+torch-free exercises (checks registered by this file), chapter 03 two real checks of the package
+(``check_softmax_rows``, which forbids ``torch.softmax``, and ``check_scaled_scores``). Attackers
+that need torch submit chapter 03; the others only chapter 02 (their worker starts in a fraction
+of a second)."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
-import re
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
+import torch
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from fundamentallm import checks
+from fundamentallm.checks.core import CHECKS, FORBIDDEN, CheckFailed, exercise_check, rng
 from fundamentallm.course import (
-    book_chapters,
-    csv_safe,
     grade,
+    grading,
     main,
+    proxy,
+    review_source,
+    sandbox,
     submitted_code,
     to_student_notebook,
+    wire,
 )
-from fundamentallm.course.book import CHECK_TAG, SOLUTION_TAG, exercise_label
 
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = book_chapters(ROOT)
-CH02 = next(c for c in CHAPTERS if c.name.startswith("02_"))
-LABELS = [ex.label for c in CHAPTERS for ex in c.exercises]
-TIMEOUT_S = 15.0  # per exercise; the infinite loop costs this once
-
-
-def _book(chapter):
-    return nbformat.read(chapter.path, as_version=4)
+HAVE_BWRAP = sandbox.bwrap_path() is not None
+needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP and not os.environ.get("CI"),
+                                 reason="bubblewrap (bwrap) is not installed here: `apt install bubblewrap` "
+                                        "(CI installs it and runs these tests)")
+TIMEOUT_S = 20.0  # per exercise, of waiting for the worker (generous: a loaded machine); the hang costs it once
+TOKEN = "fundamentallm-grading-test-daemon"
 
 
-def _cell_after_label(nb, label: str, tag: str):
-    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and exercise_label(c.source) == label)
-    return next(c for c in nb.cells[start + 1:] if c.cell_type == "code" and tag in c.metadata.get("tags", []))
+# --- the fixture book ----------------------------------------------------------------------------
+
+@exercise_check
+def check_fixture_running_sum(running_sum) -> str:
+    """``running_sum(xs)`` -> the list of prefix sums of a list of ints."""
+    for n in (0, 1, 5, 9):
+        xs = [int(v) for v in torch.randint(-50, 50, (n,), generator=rng(700 + n))]
+        expected = [sum(xs[:i + 1]) for i in range(len(xs))]
+        got = running_sum(list(xs))
+        if got != expected:
+            raise CheckFailed(f"for xs={xs}: expected {expected}, got {got!r}")
+    return "prefix sums of 4 lists"
 
 
-def _with_code(nb, label: str, code: str):
-    nb = nbformat.from_dict(nb)
-    _cell_after_label(nb, label, SOLUTION_TAG).source = code
+@exercise_check
+def check_fixture_count_words(count_words) -> str:
+    """``count_words(text)`` -> {word: count}."""
+    words = ["attention", "head", "token", "layer", "norm"]
+    for seed in range(3):
+        picks = torch.randint(0, len(words), (12,), generator=rng(800 + seed)).tolist()
+        text = " ".join(words[i] for i in picks)
+        expected = {w: text.split().count(w) for w in set(text.split())}
+        got = count_words(text)
+        if got != expected:
+            raise CheckFailed(f"for {text!r}: expected {expected}, got {got!r}")
+    return "3 texts"
+
+
+FIXTURE_CHECKS = ("check_fixture_running_sum", "check_fixture_count_words")
+
+CH02 = [  # (label, answer stub, solution, check, wrong answer)
+    ("ch02-ex1", "def running_sum(xs):\n    raise NotImplementedError  # your code here\n",
+     "def running_sum(xs):\n    out, total = [], 0\n    for x in xs:\n        total += x\n        out.append(total)\n    return out\n",
+     "checks.check_fixture_running_sum(running_sum)",
+     "def running_sum(xs):\n    return [sum(xs[:i]) for i in range(len(xs))]\n"),
+    ("ch02-ex2", "def count_words(text):\n    raise NotImplementedError  # your code here\n",
+     "def count_words(text):\n    counts = {}\n    for w in text.split():\n        counts[w] = counts.get(w, 0) + 1\n    return counts\n",
+     "checks.check_fixture_count_words(count_words)",
+     "def count_words(text):\n    return {w: 1 for w in text.split()}\n"),
+]
+CH03 = [
+    ("ch03-ex1", "def softmax_rows(x):\n    raise NotImplementedError  # your code here\n",
+     "def softmax_rows(x):\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)\n",
+     "checks.check_softmax_rows(softmax_rows)",
+     "def softmax_rows(x):\n    e = torch.exp(x)\n    return e / e.sum(-1, keepdim=True)\n"),
+    ("ch03-ex2", "def scaled_scores(q, k):\n    raise NotImplementedError  # your code here\n",
+     "def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n",
+     "checks.check_scaled_scores(scaled_scores)",
+     "def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1)\n"),
+]
+CHAPTERS = {"02_tiny": (CH02, "import math\n"), "03_tensors": (CH03, "import math\nimport torch\n")}
+LABELS = [ex[0] for exs, _ in CHAPTERS.values() for ex in exs]
+CHAPTER_OF = {"ch02": "02_tiny", "ch03": "03_tensors"}
+
+
+def book_notebook(exercises, imports: str):
+    nb = new_notebook()
+    nb.cells = [new_markdown_cell("# A fixture chapter"), new_code_cell(imports + "from fundamentallm import checks\n")]
+    for label, stub, solution, check, _ in exercises:
+        nb.cells += [
+            new_markdown_cell(f":::{{exercise}} {label}\n:label: {label}\n:class: variant\n\nWrite it.\n:::"),
+            new_code_cell(stub, metadata={"tags": ["answer"], "exercise": {"difficulty": 1, "minutes": 5}}),
+            new_markdown_cell(f"````{{solution-start}} {label}\n:class: dropdown\n````"),
+            new_code_cell(solution, metadata={"tags": ["solution"]}),
+            new_markdown_cell("The idea, in words."),
+            new_markdown_cell("````{solution-end}\n````"),
+            new_code_cell(check, metadata={"tags": ["check"]}),
+        ]
     return nb
 
 
-def _solution(label: str) -> str:
-    return next(ex.code for c in CHAPTERS for ex in c.exercises if ex.label == label)
+def write_book(root: Path) -> dict[str, Path]:
+    (root / "book").mkdir(parents=True)
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n"
+                                   + "".join(f"- file: book/{n}\n" for n in CHAPTERS), encoding="utf-8")
+    (root / "book" / "intro.md").write_text("# Intro\n", encoding="utf-8")
+    paths = {}
+    for name, (exercises, imports) in CHAPTERS.items():
+        paths[name] = root / "book" / f"{name}.ipynb"
+        nbformat.write(book_notebook(exercises, imports), paths[name])
+    return paths
 
 
-# An honest wrong answer for any exercise: the book's solution, each result slightly off (a
-# tensor + 1, an int + 1, a flipped boolean, an extra list element, ...).
-PERTURB = '''
-
-def _off(value):
-    import numpy as np
-    import torch
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, (int, float)):
-        return value + 1
-    if isinstance(value, str):
-        return value + "_"
-    if isinstance(value, torch.Tensor):
-        return ~value if value.dtype == torch.bool else value + 1
-    if isinstance(value, np.ndarray):
-        return ~value if value.dtype == bool else value + 1
-    if isinstance(value, tuple):
-        return tuple(_off(v) for v in value)
-    if isinstance(value, list):
-        return [_off(v) for v in value] if value else [0]
-    if isinstance(value, dict):
-        return {**{k: _off(v) for k, v in value.items()}, "extra": 1}
-    return "not None" if value is None else value
-'''
+def student(name: str, answers: dict[str, str] | None = None, wrong: bool = False, correct: bool = False):
+    """{chapter: student notebook}: the student edition with ``answers`` {label: code}; all
+    stubs by default; every chapter right (``correct``) or slightly wrong (``wrong``)."""
+    out = {}
+    for chapter, (exercises, imports) in CHAPTERS.items():
+        nb = to_student_notebook(book_notebook(exercises, imports))
+        for label, stub, solution, _check, wrong_code in exercises:
+            code = (answers or {}).get(label, solution if correct else wrong_code if wrong else None)
+            if code is not None:
+                cell = next(c for c in nb.cells if c.cell_type == "code" and "answer" in c.metadata.get("tags", [])
+                            and c.source == stub)
+                cell.source = code
+        out[chapter] = nb
+    return out
 
 
-def _honest_wrong(code: str) -> str:
-    names = re.findall(r"^def (\w+)\(", code, flags=re.M)
-    wrap = "".join(f"\n{n} = (lambda f: lambda *a, **k: _off(f(*a, **k)))({n})" for n in names if not n.startswith("_"))
-    return code + PERTURB + wrap + "\n"
+# --- the attacks: answer code for one exercise; the other stays the stub -------------------------
+
+STUB = {label: stub for exs, _ in CHAPTERS.values() for label, stub, *_ in exs}
 
 
-MONKEYPATCH = '''
+def with_stub(label: str, attack: str) -> str:
+    return attack + "\n\n" + STUB[label]
+
+
+def attacks(paths: dict[str, Path], subs: Path, out: Path) -> dict[str, tuple[str, str]]:
+    """{student: (label, answer code)} -- every attack of issue 25 and the bar's class."""
+    book02, victim = str(paths["02_tiny"]), str(subs / "zz_honest" / "02_tiny.ipynb")
+    daemon = f"[sys.executable, '-c', 'import time; time.sleep(120)', {TOKEN!r}]"
+    return {
+        "b01_noop_checks": ("ch02-ex1", with_stub("ch02-ex1", """
 import fundamentallm.checks as checks_package
 import fundamentallm.checks.core as core
-import fundamentallm.checks.ch02 as ch02
-for module in (checks_package, core, ch02):
-    module.assert_same = lambda *a, **k: None
-    module.check_shape = lambda *a, **k: None
+for name in list(vars(checks_package)):
+    if name.startswith("check_"):
+        setattr(checks_package, name, lambda *a, **k: True)
 core.CheckFailed.__init__ = lambda self, *a: None
-
-
-def scaled_scores(q, k):
-    return q
-'''
-
-FRAME_WALK = '''
-import gc
-import sys
-
+class _Fake:
+    def __getattr__(self, name):
+        return lambda *a, **k: True
+checks = _Fake()""")),
+        "b02_patch_assert_close": ("ch03-ex1", with_stub("ch03-ex1", """
+import torch.testing
+torch.testing.assert_close = lambda *a, **k: None
+torch.allclose = lambda *a, **k: True""")),
+        "b03_patch_exec": ("ch02-ex1", with_stub("ch02-ex1", """
+import builtins
+builtins.exec = lambda *a, **k: None
+builtins.print = lambda *a, **k: None""")),
+        "b04_torch_function": ("ch03-ex1", """
+import torch
+class Mirror(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True
+def softmax_rows(x):
+    return x.as_subclass(Mirror)
+"""),
+        "b05_frame_walk": ("ch02-ex1", with_stub("ch02-ex1", """
+import gc, sys
 frame = sys._getframe()
-while frame is not None:  # look for the grader's rows and rewrite them
-    for name, value in list(frame.f_locals.items()):
+while frame is not None:
+    for key, value in list(frame.f_locals.items()):
         if isinstance(value, dict):
             value.update({"passed": True, "total": 999})
-        elif isinstance(value, list):
-            value.append({"student": "alice", "total": 999})
     frame = frame.f_back
 for obj in gc.get_objects():
-    if isinstance(obj, dict) and "alice" in obj:
-        obj["alice"] = 999
-
-
-def scaled_scores(q, k):
-    return q
-'''
-
-DAEMON = '''
-import pathlib
-import subprocess
-import sys
-
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-pathlib.Path(MARKER).write_text(str(child.pid))
-
-
-def scaled_scores(q, k):
-    return q
-'''
-
-
-def _alive(pid: int) -> bool:
-    status = Path(f"/proc/{pid}/status")
+    if isinstance(obj, dict) and "ok" in obj:
+        obj["ok"] = True""")),
+        "b06_forge_replies": ("ch02-ex1", with_stub("ch02-ex1", """
+import json, os, struct
+def _forged(header):
+    head = json.dumps({**header, "buffers": []}).encode()
+    return b"FLW1" + struct.pack(">QQ", len(head), 0) + head
+for fd in range(0, 40):
     try:
-        state = next(line for line in status.read_text().splitlines() if line.startswith("State:"))
-    except (FileNotFoundError, StopIteration, ProcessLookupError):
-        return False
-    return " Z " not in state + " " and "zombie" not in state
+        os.write(fd, _forged({"ok": True, "result": {"$d": [["value", True], ["changed", {"$d": []}]]}}) * 50)
+    except OSError:
+        pass""")),
+        "b07_reads_the_book": ("ch02-ex1", f"""
+import json
+nb = json.load(open({book02!r}))
+exec("\\n".join("".join(c["source"]) for c in nb["cells"] if "solution" in c["metadata"].get("tags", [])))
+"""),
+        "b08_reads_a_classmate": ("ch02-ex1", f"""
+import json
+nb = json.load(open({victim!r}))
+exec("\\n".join("".join(c["source"]) for c in nb["cells"] if "answer" in c["metadata"].get("tags", [])))
+"""),
+        "b11_daemon": ("ch02-ex1", with_stub("ch02-ex1", f"""
+import subprocess, sys
+subprocess.Popen({daemon}, start_new_session=True)
+for path in ({str(out / 'scores.csv')!r}, {str(out / 'details.csv')!r}):
+    try:
+        open(path, "w").write("student,total\\nb11_daemon,999\\nzz_honest,0\\n")
+    except OSError:
+        pass""")),
+        "b12_setsid_escape": ("ch02-ex1", with_stub("ch02-ex1", f"""
+import os, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, {daemon})
+    os._exit(0)""")),
+        "b13_kills_the_grader": ("ch02-ex1", with_stub("ch02-ex1", """
+import os, signal
+for pid in (os.getppid(), 1, -1):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass""")),
+        "b14_sitecustomize": ("ch02-ex1", with_stub("ch02-ex1", f"""
+import os, site, sys
+places = sys.path + site.getsitepackages() + [os.path.dirname(os.__file__), {str(paths['02_tiny'].parent)!r}]
+for place in places:
+    for name in ("sitecustomize.py", "usercustomize.py", "02_tiny.ipynb"):
+        try:
+            open(os.path.join(place or ".", name), "w").write("print('pwned')\\n")
+        except OSError:
+            pass""")),
+        "b15_profiler_off": ("ch03-ex1", """
+import sys
+import torch
+def softmax_rows(x):
+    sys.setprofile(None)
+    return torch.softmax(x, -1)
+"""),
+        "b16_thread": ("ch03-ex1", """
+import threading
+import torch
+def softmax_rows(x):
+    out = []
+    t = threading.Thread(target=lambda: out.append(torch.softmax(x, -1)))
+    t.start()
+    t.join()
+    return out[0]
+"""),
+        "b17_aten": ("ch03-ex1", """
+import torch
+def softmax_rows(x):
+    return torch.ops.aten._softmax(x, -1, False)
+"""),
+        "b18_log_softmax": ("ch03-ex1", """
+def softmax_rows(x):
+    return x.log_softmax(-1).exp()
+"""),
+        "b19_softmin": ("ch03-ex1", """
+import torch.nn.functional as F
+def softmax_rows(x):
+    return F.softmin(-x, dim=-1)
+"""),
+        "b20_fake_filename": ("ch03-ex1", """
+import torch
+code = compile("def softmax_rows(x):\\n    return x.softmax(-1)\\n", torch.__file__, "exec")
+exec(code)
+"""),
+        "c01_hang": ("ch02-ex1", "def running_sum(xs):\n    while True:\n        pass\n"),
+        "c02_exits": ("ch02-ex1", "raise SystemExit(0)\n"),
+        "c03_os_exit": ("ch02-ex2", "import os\n\ndef count_words(text):\n    os._exit(3)\n"),
+        "c04_forbidden_call": ("ch03-ex1", "import torch\n\ndef softmax_rows(x):\n    return torch.softmax(x, -1)\n"),
+        "c05_memory_bomb": ("ch02-ex1", "def running_sum(xs):\n    block = bytearray(64 * 2 ** 30)\n    return [len(block)]\n"),
+        "c06_fork_bomb": ("ch02-ex1", with_stub("ch02-ex1", f"""
+import os, sys
+for _ in range(5):
+    if os.fork() == 0:
+        os.execv(sys.executable, {daemon})""")),
+        "c07_huge_answer": ("ch02-ex1", "def running_sum(xs):\n    return [0] * 3_000_000\n"),
+    }
+
+
+def _tree_digest(root: Path, skip: Path) -> dict[str, str]:
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if skip in path.parents or path == skip or path.is_symlink() or not path.is_file():
+            continue
+        out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def _processes_with(token: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Build the class, grade it once, return (rows by student, details, csv rows, tmp)."""
+def fixture_checks():
+    for name in FIXTURE_CHECKS:
+        setattr(checks, name, CHECKS[name])
+    yield
+    for name in FIXTURE_CHECKS:
+        delattr(checks, name)
+        CHECKS.pop(name, None)
+        FORBIDDEN.pop(name, None)
+
+
+FORMULA = '=HYPERLINK("evil.example","click")'
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, fixture_checks):
+    """The class, graded once (2 jobs). Returns a dict of what the tests look at."""
     tmp = tmp_path_factory.mktemp("class")
-    subs = tmp / "submissions"
-    marker = tmp / "daemon_marker.txt"
-    ch02 = _book(CH02)
-    name02 = CH02.path.name
+    paths = write_book(tmp / "book_root")
+    subs, out = tmp / "submissions", tmp / "out"
 
-    def put(student: str, nb, name: str = name02) -> None:
-        (subs / student).mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, subs / student / name)
+    def put(name: str, notebooks: dict, only: tuple = ("02_tiny", "03_tensors")) -> None:
+        (subs / name).mkdir(parents=True, exist_ok=True)
+        for chapter, nb in notebooks.items():
+            if chapter in only:
+                nbformat.write(nb, subs / name / f"{chapter}.ipynb")
 
-    # honest: every chapter correct / every chapter slightly wrong / untouched stubs
-    for chapter in CHAPTERS:
-        nb = _book(chapter)
-        put("alice_correct", nb, chapter.path.name)
-        wrong = nb
-        for ex in chapter.exercises:
-            wrong = _with_code(wrong, ex.label, _honest_wrong(ex.code))
-        put("carol_wrong", wrong, chapter.path.name)
-    put("bob_stubs", to_student_notebook(ch02))
-    # the check cells say `pass` / print a tick: the book's checks run instead
-    cheat = to_student_notebook(ch02)
-    for i, cell in enumerate(c for c in cheat.cells if CHECK_TAG in c.metadata.get("tags", [])):
-        cell.source = "pass" if i % 2 else 'print("✓ passed")'
-    put("dave_edited_checks", cheat)
-    # ch02-ex4 deleted (statement and cells): the denominator does not change
-    deleted = nbformat.from_dict(ch02)
-    start = next(i for i, c in enumerate(deleted.cells) if exercise_label(c.source) == "ch02-ex4")
-    end = next(i for i, c in enumerate(deleted.cells) if i > start and CHECK_TAG in c.metadata.get("tags", []))
-    del deleted.cells[start:end + 1]
-    put("erin_deleted_exercise", deleted)
-    put("fred_frame_walk", _with_code(ch02, "ch02-ex1", FRAME_WALK))
-    put("gina_monkeypatch", _with_code(ch02, "ch02-ex1", MONKEYPATCH))
-    put("hugo_infinite_loop", _with_code(ch02, "ch02-ex1", "while True:\n    pass\n"))
-    exits = _with_code(ch02, "ch02-ex1", "raise SystemExit(0)\n")
-    exits = _with_code(exits, "ch02-ex2", "raise KeyboardInterrupt\n")
-    put("ivan_system_exit", exits)
-    put("jane_os_exit", _with_code(ch02, "ch02-ex2", "import os\nos._exit(0)\n"))
-    (subs / "kim_bad_json").mkdir()
-    (subs / "kim_bad_json" / name02).write_text("{ this is not a notebook", encoding="utf-8")
-    forbidden = _with_code(ch02, "ch02-ex2", "import torch\n\n\ndef softmax_rows(x):\n    return x.softmax(-1)\n")
-    forbidden = _with_code(forbidden, "ch02-ex3", "from fundamentallm.attention import causal_mask\n\n\n"
-                                                  "def make_causal_mask(T):\n    return causal_mask(T)\n")
-    put("lena_forbidden_calls", forbidden)
-    put("mia_daemon", _with_code(ch02, "ch02-ex1", DAEMON.replace("MARKER", repr(str(marker)))))
-    formula = '=HYPERLINK("https:evil.example","click")'
-    put(formula, _with_code(ch02, "ch02-ex1", f"raise ValueError({formula!r})\n"))
-    # overwrites a later student's notebook with the book's solutions before that student is run
-    target = subs / "zed_wrong_after_attacks" / name02
-    put("nina_edits_a_later_submission", _with_code(
-        ch02, "ch02-ex1", f"import shutil\nshutil.copy({str(CH02.path)!r}, {str(target)!r})\n"))
-    # graded after the attackers: wrong on ch02-ex1, must stay wrong
-    put("zed_wrong_after_attacks", _with_code(ch02, "ch02-ex1", "def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1)\n"))
+    for prefix, only in (("a", ("02_tiny", "03_tensors")), ("zz", ("02_tiny",))):  # before and after the attackers
+        put(f"{prefix}_honest", student(prefix, correct=True), only)
+        put(f"{prefix}_wrong", student(prefix, wrong=True), only)
+    for name, (label, code) in attacks(paths, subs, out).items():
+        put(name, student(name, {label: code}), only=(CHAPTER_OF[label[:4]],))
+    # symbolic links to the book and to a classmate's notebook: never followed
+    for name, target in (("b09_links_the_book", paths["02_tiny"]), ("b10_links_a_classmate", subs / "a_honest" / "02_tiny.ipynb")):
+        (subs / name).mkdir()
+        (subs / name / "02_tiny.ipynb").symlink_to(target)
+    # check cells edited to pass: the book's checks run instead
+    edited = student("c08")
+    for nb in edited.values():
+        for i, cell in enumerate(c for c in nb.cells if "check" in c.metadata.get("tags", [])):
+            cell.source = "pass" if i % 2 else 'print("\u2713 passed")'
+    put("c08_edited_checks", edited)
+    for name, data in (("c09_broken_json", b"{ this is not a notebook"), ("c10_deep_json", b"[" * 200_000),
+                       ("c11_not_utf8", b'{"cells": "\xff\xfe\xfa"}')):
+        (subs / name).mkdir()
+        (subs / name / "02_tiny.ipynb").write_bytes(data)
+    many = student("c12")
+    many["02_tiny"].cells += [new_markdown_cell(f"cell {i}") for i in range(10_000)]
+    put("c12_ten_thousand_cells", many, only=("02_tiny",))
+    deleted = student("c13", correct=True)
+    nb = deleted["02_tiny"]
+    start = next(i for i, c in enumerate(nb.cells) if ":label: ch02-ex2" in c.source)
+    del nb.cells[start:start + 3]
+    put("c13_deleted_exercise", deleted, only=("02_tiny",))
+    put(FORMULA, student("f", {"ch02-ex1": f"raise ValueError({FORMULA!r})\n"}), only=("02_tiny",))
 
-    start_time = time.monotonic()
-    rows, details = grade(subs, tmp / "scores.csv", tmp / "details.csv", root=ROOT, timeout=TIMEOUT_S, jobs=2)
-    elapsed = time.monotonic() - start_time
-    with open(tmp / "scores.csv", newline="", encoding="utf-8") as f:
+    before = _tree_digest(tmp, out)
+    started = time.monotonic()
+    rows, details = grade(subs, out / "scores.csv", out / "details.csv", root=tmp / "book_root",
+                          timeout=TIMEOUT_S, jobs=2, quiet=True)
+    elapsed = time.monotonic() - started
+    time.sleep(0.5)
+    left = _processes_with(TOKEN)
+    after = _tree_digest(tmp, out)
+    with open(out / "scores.csv", newline="", encoding="utf-8") as f:
         table = list(csv.reader(f))
-    with open(tmp / "details.csv", newline="", encoding="utf-8") as f:
+    with open(out / "details.csv", newline="", encoding="utf-8") as f:
         detail_table = list(csv.reader(f))
     print(f"graded {len(rows)} students in {elapsed:.1f} s")
-    return {r["student"]: r for r in rows}, details, table, detail_table, marker, formula
+    return {"rows": {r["student"]: r for r in rows}, "details": details, "table": table,
+            "detail_table": detail_table, "left": left, "before": before, "after": after, "tmp": tmp,
+            "subs": subs, "paths": paths}
 
 
-def _ch02(row) -> list[int]:
-    """Marks of chapter 2's first four exercises, the ones the attack table above targets
-    (exercises added to the chapter later are graded too, and counted in ``out_of``)."""
-    return [row[f"ch02-ex{i}"] for i in range(1, 5)]
+def _marks(g, name) -> list[int]:
+    return [g["rows"][name][label] for label in LABELS]
 
 
-def _message(details, student, label) -> str:
-    return next(r.message for r in details if r.student == student and r.label == label)
+def _message(g, name, label) -> str:
+    return next(r.message for r in g["details"] if r.student == name and r.label == label)
 
 
-def test_one_row_per_student_with_the_books_denominator(graded):
-    rows, details, table, _, _, _ = graded
-    assert table[0] == ["student", *LABELS, "total", "out_of"]
-    assert len(table) == 1 + len(rows) == 1 + 16
+def _status(g, name, label) -> str:
+    return next(r.status for r in g["details"] if r.student == name and r.label == label)
+
+
+ATTACKERS = sorted(set(attacks({"02_tiny": Path("x")}, Path("s"), Path("o")))
+                   | {"b09_links_the_book", "b10_links_a_classmate", "c08_edited_checks", "c09_broken_json",
+                      "c10_deep_json", "c11_not_utf8", "c12_ten_thousand_cells", FORMULA})
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name", ATTACKERS)
+def test_every_attack_scores_zero(graded, name):
+    assert _marks(graded, name) == [0, 0, 0, 0], [(r.label, r.message) for r in graded["details"] if r.student == name]
+
+
+@needs_bwrap
+def test_honest_and_wrong_students_keep_their_rows_before_and_after_the_attacks(graded):
+    for prefix, honest in (("a", [1, 1, 1, 1]), ("zz", [1, 1, 0, 0])):  # zz_ submitted chapter 02 only
+        assert _marks(graded, f"{prefix}_honest") == honest, \
+            [(r.label, r.message) for r in graded["details"] if r.student == f"{prefix}_honest"]
+        assert _marks(graded, f"{prefix}_wrong") == [0, 0, 0, 0]
+        assert all(_status(graded, f"{prefix}_wrong", label) == "failed" for label in LABELS[:len(honest)]
+                   if honest[LABELS.index(label)])
+    assert _message(graded, "a_wrong", "ch03-ex1").startswith("check_softmax_rows failed")
+
+
+@needs_bwrap
+def test_one_row_per_student_and_the_books_denominator(graded):
+    table, rows = graded["table"], graded["rows"]
+    assert table[0] == ["student", *LABELS, "total", "out_of", "review"]
+    assert len(table) == 1 + len(rows) == 1 + len(ATTACKERS) + 5
     assert all(r["out_of"] == len(LABELS) for r in rows.values())
-    assert len(details) == len(rows) * len(LABELS)
+    assert len(graded["details"]) == len(rows) * len(LABELS)
+    assert _marks(graded, "c13_deleted_exercise")[:2] == [1, 0]
+    assert "missing" in _message(graded, "c13_deleted_exercise", "ch02-ex2")
 
 
-def test_honest_correct_answers_pass_every_exercise(graded):
-    rows, details, *_ = graded
-    failed = [(r.label, r.message) for r in details if r.student == "alice_correct" and not r.passed]
-    assert not failed
-    assert rows["alice_correct"]["total"] == len(LABELS)
+@needs_bwrap
+def test_no_process_is_left_and_no_file_outside_the_output_changed(graded):
+    assert graded["left"] == []
+    assert graded["after"] == graded["before"]
+    for d in {*sys.path, str(Path(sandbox.PACKAGE_DIR))}:
+        assert not (Path(d or ".") / "sitecustomize.py").exists() or d == "", d
 
 
-def test_honest_wrong_answers_fail_every_exercise(graded):
-    rows, details, *_ = graded
-    passed = [r.label for r in details if r.student == "carol_wrong" and r.passed]
-    assert not passed, f"a slightly wrong answer passes: {passed}"
-    assert all(r.message.startswith("CheckFailed") for r in details if r.student == "carol_wrong")
+@needs_bwrap
+def test_the_sandbox_hides_the_book_and_the_classmates(graded):
+    for name in ("b07_reads_the_book", "b08_reads_a_classmate"):
+        message = _message(graded, name, "ch02-ex1")
+        assert "FileNotFoundError" in message, message
+    for name in ("b09_links_the_book", "b10_links_a_classmate"):
+        assert "symbolic link" in _message(graded, name, "ch02-ex1")
 
 
-def test_stubs_and_edited_check_cells_score_zero(graded):
-    rows, details, *_ = graded
-    assert _ch02(rows["bob_stubs"]) == [0, 0, 0, 0]
-    assert _ch02(rows["dave_edited_checks"]) == [0, 0, 0, 0]
-    assert "NotImplementedError" in _message(details, "dave_edited_checks", "ch02-ex1")
+@needs_bwrap
+def test_reasons_are_named(graded):
+    g = graded
+    assert "timed out" in _message(g, "c01_hang", "ch02-ex1")
+    assert "SystemExit" in _message(g, "c02_exits", "ch02-ex1")
+    assert "process ended" in _message(g, "c03_os_exit", "ch02-ex2")
+    assert "not to use torch.softmax" in _message(g, "c04_forbidden_call", "ch03-ex1")
+    assert "not to use torch.softmax" in _message(g, "b19_softmin", "ch03-ex1")  # the worker's profiler
+    assert "MemoryError" in _message(g, "c05_memory_bomb", "ch02-ex1")
+    assert "could not be read" in _message(g, "c09_broken_json", "ch02-ex1")
+    assert "not attempted" in _message(g, "c08_edited_checks", "ch02-ex1")
+    for name in ("b03_patch_exec", "b05_frame_walk", "b07_reads_the_book", "b16_thread", "b17_aten",
+                 "b20_fake_filename", "b13_kills_the_grader", "b11_daemon"):
+        label = next(r.label for r in g["details"] if r.student == name and r.status == "needs review")
+        assert "needs review" in _message(g, name, label)
+        assert label in g["rows"][name]["review"]
 
 
-def test_deleted_exercise_counts_as_missing(graded):
-    rows, details, *_ = graded
-    assert _ch02(rows["erin_deleted_exercise"]) == [1, 1, 1, 0]
-    assert rows["erin_deleted_exercise"]["out_of"] == len(LABELS)
-    assert "missing" in _message(details, "erin_deleted_exercise", "ch02-ex4")
-
-
-def test_attacks_do_not_reach_other_students(graded):
-    rows, *_ = graded
-    assert _ch02(rows["zed_wrong_after_attacks"]) == [0, 1, 1, 1]
-    assert rows["alice_correct"]["total"] == len(LABELS)
-    assert _ch02(rows["fred_frame_walk"]) == [0, 1, 1, 1]
-    assert _ch02(rows["nina_edits_a_later_submission"]) == [0, 1, 1, 1]
-    assert all(isinstance(r["total"], int) and r["total"] <= len(LABELS) for r in rows.values())
-
-
-def test_hang_exit_and_crash_cost_one_exercise(graded):
-    rows, details, *_ = graded
-    assert _ch02(rows["hugo_infinite_loop"]) == [0, 1, 1, 1]
-    assert "timed out" in _message(details, "hugo_infinite_loop", "ch02-ex1")
-    assert _ch02(rows["ivan_system_exit"]) == [0, 0, 1, 1]
-    assert "SystemExit" in _message(details, "ivan_system_exit", "ch02-ex1")
-    assert "KeyboardInterrupt" in _message(details, "ivan_system_exit", "ch02-ex2")
-    assert _ch02(rows["jane_os_exit"]) == [1, 0, 1, 1]
-    assert "process ended" in _message(details, "jane_os_exit", "ch02-ex2")
-    assert _ch02(rows["kim_bad_json"]) == [0, 0, 0, 0]
-    assert "could not be read" in _message(details, "kim_bad_json", "ch02-ex1")
-
-
-def test_forbidden_calls_fail(graded):
-    rows, details, *_ = graded
-    assert _ch02(rows["lena_forbidden_calls"]) == [1, 0, 0, 1]
-    assert "not to use torch.softmax" in _message(details, "lena_forbidden_calls", "ch02-ex2")
-    assert "not to use fundamentallm.attention.causal_mask" in _message(details, "lena_forbidden_calls", "ch02-ex3")
-
-
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
-def test_left_over_processes_are_killed(graded):
-    rows, _, _, _, marker, _ = graded
-    pid = int(marker.read_text())  # the student's background process
-    assert not _alive(pid)
-    assert _ch02(rows["mia_daemon"]) == [0, 1, 1, 1]
-
-
+@needs_bwrap
 def test_csv_cells_are_not_formulas(graded):
-    rows, _, table, detail_table, _, formula = graded
-    assert formula in rows
-    for line in table + detail_table:
+    for line in graded["table"] + graded["detail_table"]:
         for cell in line:
             assert not cell.startswith(("=", "+", "-", "@")), cell
-    assert any(line[0] == "'" + formula for line in table)
-    assert csv_safe("=1+1") == "'=1+1" and csv_safe("-2") == "'-2" and csv_safe(3) == 3
+    assert any(line[0] == "'" + FORMULA for line in graded["table"])
+    assert grading.csv_safe("=1+1") == "'=1+1" and grading.csv_safe("-2") == "'-2" and grading.csv_safe(3) == 3
+
+
+# --- resume, the journal, without the sandbox ------------------------------------------------------
+
+def _small_class(tmp: Path) -> tuple[Path, Path]:
+    root = tmp / "book_root"
+    write_book(root)
+    subs = tmp / "subs"
+    for name, kw in (("a_honest", {"correct": True}), ("b_wrong", {"wrong": True}), ("c_stubs", {})):
+        (subs / name).mkdir(parents=True)
+        nbformat.write(student(name, **kw)["02_tiny"], subs / name / "02_tiny.ipynb")
+    return root, subs
+
+
+@needs_bwrap
+def test_a_killed_run_resumes_with_the_same_seed_and_rows(tmp_path, fixture_checks):
+    root, subs = _small_class(tmp_path)
+    out = tmp_path / "out" / "scores.csv"
+    journal = Path(str(out) + ".journal.jsonl")
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_grading as t; "
+            f"from fundamentallm import checks; [setattr(checks, n, checks.CHECKS[n]) for n in t.FIXTURE_CHECKS]; "
+            f"from fundamentallm.course import main; sys.exit(main(sys.argv[1:]))")
+    args = ["grade", str(subs), "--root", str(root), "--csv", str(out), "--chapters", "02", "--timeout", "30"]
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.exists() and '"student": "a_honest"' in journal.read_text():
+            break
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    seed = lines[0]["seed"]
+    assert not any(line.get("finished") for line in lines)
+    with pytest.raises(ValueError, match="--resume"):
+        grade(subs, out, root=root, chapters=["02"], quiet=True)
+    rows, _ = grade(subs, out, root=root, chapters=["02"], resume=True, timeout=30, quiet=True)
+    assert [(r["student"], r["total"]) for r in rows] == [("a_honest", 2), ("b_wrong", 0), ("c_stubs", 0)]
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert lines[0]["seed"] == seed and lines[-1] == {"finished": True}
+    assert sum(1 for line in lines if line.get("student") == "a_honest") == 1  # not graded twice
+    assert [r[0] for r in csv.reader(out.open())] == ["student", "a_honest", "b_wrong", "c_stubs"]
+
+
+def test_a_student_who_stopped_the_grader_twice_gets_a_row(tmp_path, fixture_checks, monkeypatch):
+    root, subs = _small_class(tmp_path)
+    out = tmp_path / "scores.csv"
+    labels = ["ch02-ex1", "ch02-ex2"]
+    Path(str(out) + ".journal.jsonl").write_text(
+        json.dumps({"seed": 5, "labels": labels}) + "\n" + '{"started": "a_honest"}\n' * 2, encoding="utf-8")
+    monkeypatch.setattr(grading, "grade_student", lambda name, *a, **k: [
+        grading.Result(name, "02_tiny", lab, False, "graded", "failed") for lab in labels])
+    rows, details = grade(subs, out, root=root, chapters=["02"], resume=True, quiet=True)
+    assert [r["student"] for r in rows] == ["a_honest", "b_wrong", "c_stubs"]
+    assert "stopped the grader twice" in details[0].message and rows[0]["review"] == "ch02-ex1 ch02-ex2"
+
+
+def test_without_bubblewrap_the_grader_says_so_and_still_grades(tmp_path, fixture_checks, monkeypatch, capsys):
+    root, subs = _small_class(tmp_path)
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
+    rows, _ = grade(subs, root=root, chapters=["02"], timeout=30)
+    assert "bubblewrap (bwrap) is not installed" in capsys.readouterr().err
+    assert [r["total"] for r in rows] == [2, 0, 0]
+
+
+@needs_bwrap
+def test_the_sandbox_sees_no_book_no_network_and_no_other_process(tmp_path):
+    root = tmp_path / "book_root"
+    write_book(root)
+    worker = proxy.Worker(sandbox.Limits(), [root])
+    try:
+        worker.budget = 60
+        code = f"""
+import os, socket
+seen = [os.path.exists(p) for p in ({str(root)!r}, {str(tmp_path)!r}, {os.getcwd()!r}, "/home")]
+tmp = os.listdir("/tmp")
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2)
+    network = True
+except OSError:
+    network = False
+try:
+    open("/usr/lib/fundamentallm-test", "w")
+    writable = True
+except OSError:
+    writable = False
+"""
+        reply, buffers = worker.request({"op": "load", "chapter": "c", "label": "x", "code": code,
+                                         "prelude": "", "names": ["seen", "tmp", "pids", "network", "writable"]})
+        values = wire.decode(reply["result"], buffers, lambda h: h)
+    finally:
+        worker.close()
+    assert values["seen"] == [False, False, False, False] or values["seen"][:3] == [False, False, False]
+    assert values["tmp"] == [] and values["network"] is False and values["writable"] is False
+    assert values["pids"] == [1, 2]
+
+
+# --- the wire format and the source review ----------------------------------------------------------
+
+def test_the_wire_round_trips_data_and_refuses_the_rest():
+    import numpy as np
+    import torch
+
+    value = [None, True, 3, 2.5, "s", (1, 2), {"a": torch.arange(6.0).reshape(2, 3), 1: np.eye(2)},
+             {1, 2}, torch.tensor(True), torch.zeros(0, 3), torch.ones(2, dtype=torch.bfloat16)]
+    obj, buffers = wire.encode(value)
+    back = wire.decode(json.loads(json.dumps(obj)), buffers, lambda h: h)
+    assert back[:6] == value[:6] and back[7] == {1, 2}
+    assert torch.equal(back[6]["a"], value[6]["a"]) and np.array_equal(back[6][1], np.eye(2))
+    assert back[9].shape == (0, 3) and back[10].dtype == torch.bfloat16
+    with pytest.raises(wire.WireError, match="not data"):
+        wire.encode([object()])
+    for bad in ({"$t": 0, "dtype": "float32", "shape": [4]}, {"$t": 0, "dtype": "object", "shape": [1]},
+                {"$a": 0, "dtype": "O", "shape": [1]}, {"$zz": 1}, {"$t": 5, "dtype": "float32", "shape": [1]}):
+        with pytest.raises(wire.WireError):
+            wire.decode(bad, [b"1234"], lambda h: h)
+    deep = []
+    for _ in range(100):
+        deep = [deep]
+    with pytest.raises(wire.WireError, match="deeply"):
+        wire.encode(deep)
+
+
+@pytest.mark.parametrize("code, forbidden, hit, review", [
+    ("def f(x):\n    return x.softmax(-1)\n", ("torch.softmax",), "torch.softmax", None),
+    ("from torch.nn.functional import softmax as s\n", ("torch.softmax",), "torch.softmax", None),
+    ("def f(x):\n    return x.log_softmax(-1).exp()\n", ("torch.softmax",), "torch.softmax", None),
+    ("import torch.nn as nn\nm = nn.Softmax(-1)\n", ("torch.softmax",), "torch.softmax", None),
+    ("def f(x):\n    return F.layer_norm(x, (4,))\n", ("fundamentallm.norms.LayerNorm.forward",),
+     "fundamentallm.norms.LayerNorm.forward", None),
+    ("def softmax_rows(x):\n    return x.exp()\n", ("torch.softmax",), None, None),
+    ("def f(x):\n    return x.entropy()\n", ("torch.special.entr",), None, None),
+    ("import os\n", (), None, "import of os"),
+    ("x = __import__('os')\n", (), None, "`__import__`"),
+    ("import importlib\n", (), None, "import of importlib"),
+    ("f = getattr(torch, name)\n", (), None, "computed name"),
+    ("exec('1')\n", (), None, "`exec`"),
+    ("import sys\nsys.setprofile(None)\n", (), None, "import of sys"),
+    ("t = x.__class__\n", (), None, "`.__class__`"),
+    ("y = torch.ops.aten.add\n", (), None, "`.ops`"),
+    ("import threading\n", (), None, "import of threading"),
+    ("from torch import _C\n", (), None, "private _C"),
+    ("f = getattr(torch, 'soft' + 'max')\n", ("torch.softmax",), None, "computed name"),
+    ("f = getattr(torch, 'softmax')\n", ("torch.softmax",), "torch.softmax", "names torch.softmax"),
+    ('def f(x):\n    """Softmax of x."""\n    return x\n', ("torch.softmax",), None, None),
+    ("g = functools.partial(getattr, torch)\n", (), None, "as a value"),
+    ("from torch import *\n", ("torch.softmax",), None, "`import *`"),
+    ("import operator\nf = operator.methodcaller('exp')\n", (), None, "`.methodcaller`"),
+    ("f = torch.compile(g)\n", (), None, "`.compile`"),
+    ("import re\npattern = re.compile(r'\\w+')\n", (), None, None),
+    ("import math\nimport torch\n\ndef f(x):\n    return torch.exp(x) / math.pi\n", ("torch.softmax",), None, None),
+])
+def test_the_source_review(code, forbidden, hit, review):
+    hits, reviews = review_source(code, forbidden)
+    assert (hits[0].split(" ")[0] if hits else None) == hit, hits
+    if review is None:
+        assert reviews == [], reviews
+    else:
+        assert any(review in r for r in reviews), reviews
+
+
+def test_submitted_code_is_matched_by_label_and_skips_solution_and_check_cells():
+    nb = book_notebook(CH02, "import math\n")
+    code = submitted_code(nb, "ch02-ex1")
+    assert "raise NotImplementedError" in code and "total += x" not in code
+    assert submitted_code(nb, "ch99-ex1") is None
+
+
+def test_a_symlinked_or_special_notebook_is_not_read(tmp_path):
+    real = tmp_path / "real.ipynb"
+    nbformat.write(new_notebook(), real)
+    (tmp_path / "link.ipynb").symlink_to(real)
+    os.mkfifo(tmp_path / "fifo.ipynb")
+    assert grading.read_notebook_file(real)[1] is None
+    assert "symbolic link" in grading.read_notebook_file(tmp_path / "link.ipynb")[1]
+    assert "not a regular file" in grading.read_notebook_file(tmp_path / "fifo.ipynb")[1]
 
 
 def test_missing_submissions_folder_is_an_error(tmp_path, capsys):
-    assert main(["grade", str(tmp_path / "nope"), "--root", str(ROOT)]) == 2
+    root, _ = _small_class(tmp_path)
+    assert main(["grade", str(tmp_path / "nope"), "--root", str(root)]) == 2
     assert "no such folder" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
-    assert main(["grade", str(tmp_path / "empty"), "--root", str(ROOT)]) == 2
+    assert main(["grade", str(tmp_path / "empty"), "--root", str(root)]) == 2
     assert "no student folder" in capsys.readouterr().err
     (tmp_path / "empty" / "x").mkdir()
     with pytest.raises(ValueError, match="timeout"):
-        grade(tmp_path / "empty", root=ROOT, timeout=0)
+        grade(tmp_path / "empty", root=root, timeout=0)
 
 
-def test_submitted_code_is_matched_by_label():
-    nb = to_student_notebook(_book(CH02))
-    code = submitted_code(nb, "ch02-ex2")
-    assert "def softmax_rows" in code and "NotImplementedError" in code
-    assert submitted_code(nb, "ch99-ex1") is None
-    assert json.dumps(code)  # plain text
+def test_a_check_may_differentiate_through_the_students_result_and_pass_a_generator():
+    """Autograd reaches through a proxy to the worker, and a generator crosses as its state (and
+    comes back advanced), as in a notebook."""
+    worker = proxy.Worker(sandbox.Limits(), [])
+    try:
+        worker.budget = 60
+        code = ("import torch\n\ndef f(x, w):\n    return (x * x * w).sum(-1), x.detach()\n\n"
+                "def draw(generator):\n    return torch.rand(3, generator=generator)\n")
+        reply, buffers = worker.request({"op": "load", "chapter": "c", "label": "x", "code": code,
+                                         "prelude": "", "names": ["f", "draw"]})
+        session = proxy.Session(worker, (), True)
+        names = session._reply(reply, buffers, "answer")
+        x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(3, dtype=torch.float64, requires_grad=True)
+        out, plain = names["f"](x, w)
+        assert out.requires_grad and not plain.requires_grad
+        gx, gw = torch.autograd.grad((out * torch.tensor([1.0, 2.0], dtype=torch.float64)).sum(), [x, w])
+        ref_x, ref_w = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        ref = torch.autograd.grad(((ref_x * ref_x * ref_w).sum(-1) * torch.tensor([1.0, 2.0], dtype=torch.float64)).sum(),
+                                  [ref_x, ref_w])
+        assert torch.allclose(gx, ref[0]) and torch.allclose(gw, ref[1])
+        g, local = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+        assert torch.equal(names["draw"](g), torch.rand(3, generator=local))
+        assert torch.equal(torch.rand(2, generator=g), torch.rand(2, generator=local))  # advanced alike
+    finally:
+        worker.close()

@@ -15,8 +15,14 @@ import nbformat
 import pytest
 import yaml
 
-from fundamentallm.course import make_stub, student_config, student_edition, student_toc, toc_files
-from fundamentallm.course.book import SOLUTION_TAG
+from fundamentallm.course import (
+    exercise_parts,
+    find_exercises,
+    student_config,
+    student_edition,
+    student_toc,
+    toc_files,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK_CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -51,19 +57,21 @@ def test_config_with_repository_points_there():
 
 
 def _solution_lines() -> dict[str, list[str]]:
-    """For each solution cell, its lines that the stub does not keep and that appear nowhere else
-    in the book's source (the chapter may legitimately show the same line)."""
+    """For each exercise, the lines of its solution block (code and the idea's markdown) that its
+    answer cell does not hold and that appear nowhere else in the book's source (the chapter may
+    legitimately show the same line)."""
     elsewhere, solutions = [], {}
     for path in sorted((ROOT / "book").glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        for i, cell in enumerate(nb.cells):
-            if cell.cell_type == "code" and SOLUTION_TAG in cell.metadata.get("tags", []):
-                stub = make_stub(cell.source)  # signatures and docstrings are public
-                elsewhere.append(stub)
-                lines = [ln.strip() for ln in cell.source.splitlines()]
-                solutions[f"{path.stem}[{i}]"] = [ln for ln in lines if len(ln) >= 16 and ln not in stub]
-            else:
-                elsewhere.append(cell.source)
+        parts = exercise_parts(nb)
+        hidden = {i for part in parts for i in part["solution"]}
+        for part in parts:
+            answer = find_exercises(nbformat.from_dict({**nb, "cells": nb.cells[part["statement"]:part["check"] + 1]}))[0].answer
+            elsewhere.append(answer)  # signatures and docstrings are public
+            lines = [ln.strip() for i in part["solution"] for ln in nb.cells[i].source.splitlines()
+                     if "{solution-" not in nb.cells[i].source]
+            solutions[f"{path.stem}:{part['label']}"] = [ln for ln in lines if len(ln) >= 16 and ln not in answer]
+        elsewhere += [c.source for i, c in enumerate(nb.cells) if i not in hidden]
     for md in (ROOT / "book").glob("*.md"):
         elsewhere.append(md.read_text())
     other = "\n".join(elsewhere)

@@ -9,7 +9,17 @@ checks; checks.check_softmax_rows(fn)`` works for every chapter. Every check is 
 """
 
 from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14
-from .core import CHECKS, FORBIDDEN, CheckFailed, assert_same, check_shape, exercise_check
+from .core import (
+    CHECKS,
+    FORBIDDEN,
+    CheckFailed,
+    NotAttempted,
+    assert_same,
+    check_shape,
+    exercise_check,
+    rng,
+    strict,
+)
 
 _CHAPTERS = (ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14)
 # Re-export every public check (and the constants the book quotes) at package level.
@@ -19,6 +29,7 @@ for _module in _CHAPTERS:
             globals()[_name] = getattr(_module, _name)
 del _module, _name
 
-__all__ = ["CHECKS", "FORBIDDEN", "CheckFailed", "assert_same", "check_shape", "exercise_check"] + sorted(
+__all__ = ["CHECKS", "FORBIDDEN", "CheckFailed", "NotAttempted", "assert_same", "check_shape",
+           "exercise_check", "rng", "strict"] + sorted(
     name for name in CHECKS
 )

@@ -1,7 +1,17 @@
-"""The core of the exercise checks: each ``check_*`` runs a student's function on known inputs, compares it with
-an independent reference, and says exactly what is wrong (which output, the first mismatching
-element, expected vs got). A check prints one line when it passes -- giving feedback is its job --
-and raises :class:`CheckFailed` (an ``AssertionError``) when it does not.
+"""The core of the exercise checks: each ``check_*`` runs a student's function on inputs drawn from a
+seeded generator (:func:`rng`), compares it with an independent reference, and says exactly what
+is wrong (which output, the first mismatching element, expected vs got).
+
+What a check shows, in a notebook (IPython: Jupyter, Colab, VS Code):
+
+* a pass: one line ``✓ check_x passed: ...``, and the call returns ``None`` (no ``Out: True``);
+* a stub (the function raises ``NotImplementedError``, or a value is still ``None``): one line
+  ``… check_x: not attempted yet ...``, no exception, so Run All goes on;
+* a wrong answer: :class:`CheckFailed` whose traceback is one message with a hint, without the
+  package's frames; when the student's own code crashed, its frames (and only those) come first.
+
+Outside IPython (scripts, tests, the grader) a pass returns ``True`` and a stub raises
+:class:`NotAttempted` (a :class:`CheckFailed`), so code can tell the three apart.
 
 Every check is registered in :data:`CHECKS` (and its forbidden calls in :data:`FORBIDDEN`); the
 tests run each one against the book's reference solution (must pass) and against an unimplemented
@@ -31,7 +41,104 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {}  # check name -> the calls its exerci
 
 
 class CheckFailed(AssertionError):
-    """Raised by a ``check_*`` function when the student's answer is wrong."""
+    """Raised by a ``check_*`` function when the student's answer is wrong. In IPython its
+    traceback is the message alone (plus the student's own frames when their code crashed): see
+    :meth:`_render_traceback_`."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows instead of the traceback: the student's frames, then one line."""
+        lines: list[str] = []
+        cause = self.__cause__
+        if cause is not None and getattr(cause, "_raised_by_student", False):
+            import traceback
+
+            frames = [f for f in traceback.extract_tb(cause.__traceback__)
+                      if _file_kind(f.filename) == _STUDENT]
+            if frames:
+                lines.append("Traceback of your code (most recent call last):")
+                lines.extend(x.rstrip("\n") for x in traceback.format_list(frames))
+        lines.append(f"\u2717 {self}")
+        return lines
+
+
+class NotAttempted(CheckFailed):
+    """Raised (outside IPython) by a check given a stub: the function still raises
+    ``NotImplementedError`` or the value is still ``None``. In IPython the check prints one line
+    instead, so Run All goes on."""
+
+
+_STRICT = False
+
+
+@contextlib.contextmanager
+def strict():
+    """Within the block, checks behave as outside IPython even in a notebook: a stub raises
+    :class:`NotAttempted` and a pass returns ``True`` (nbgrader's check cells use it, since
+    nbgrader gives the points of every cell that raises nothing)."""
+    global _STRICT
+    previous, _STRICT = _STRICT, True
+    try:
+        yield
+    finally:
+        _STRICT = previous
+
+
+def in_ipython() -> bool:
+    """Whether the code runs in an IPython shell or kernel (Jupyter, Colab, VS Code), outside
+    :func:`strict`."""
+    if _STRICT:
+        return False
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    try:
+        return get is not None and get() is not None
+    except Exception:  # a broken IPython import: behave as a script
+        return False
+
+
+# --- Fresh inputs: the grader draws them with a seed it keeps -----------------------------------
+
+_SEED_OFFSET: Optional[int] = None  # set by the grader; None in a notebook (the book's inputs)
+
+
+def rng(seed: int) -> torch.Generator:
+    """A ``torch.Generator`` for a check's inputs: seeded with ``seed`` in a notebook (the same
+    inputs every run), and with ``seed`` mixed with the grader's secret seed when grading (inputs
+    nobody could see in advance). Use it for every random input of a check."""
+    return torch.Generator().manual_seed(_mixed_seed(seed))
+
+
+def _mixed_seed(seed: int) -> int:
+    if _SEED_OFFSET is None:
+        return int(seed)
+    return (int(seed) * 1_000_003 + _SEED_OFFSET) % (2 ** 63 - 1)
+
+
+@contextlib.contextmanager
+def grading_seed(seed: int):
+    """Within the block, :func:`rng` and every ``torch.Generator().manual_seed(k)`` in the checks
+    draw from ``k`` mixed with ``seed`` (and the global torch and NumPy generators restart from
+    ``seed``): the grader's fresh inputs. Process-wide; the grader alone uses it."""
+    global _SEED_OFFSET
+    previous_offset, previous_generator = _SEED_OFFSET, torch.Generator
+    _SEED_OFFSET = int(seed) % (2 ** 62)
+
+    class _GradingGenerator(previous_generator):  # type: ignore[misc, valid-type]
+        def manual_seed(self, s):  # noqa: D102
+            return super().manual_seed(_mixed_seed(s))
+
+    torch.Generator = _GradingGenerator  # type: ignore[misc]
+    state = torch.random.get_rng_state()
+    np_state = np.random.get_state()
+    torch.manual_seed(_SEED_OFFSET)
+    np.random.seed(_SEED_OFFSET % (2 ** 32))
+    try:
+        yield
+    finally:
+        torch.Generator = previous_generator  # type: ignore[misc]
+        _SEED_OFFSET = previous_offset
+        torch.random.set_rng_state(state)
+        np.random.set_state(np_state)
 
 
 # --- Where a frame's code comes from: the checks, a library, or the student -------------------
@@ -50,7 +157,10 @@ def _frame_kind(code: types.CodeType) -> str:
     """Classify a code object by its file: this package's ``checks`` (the checks), an installed
     library or ``fundamentallm`` itself (a library), anything else (the student: a notebook cell,
     a grading cell, a test file)."""
-    name = code.co_filename
+    return _file_kind(code.co_filename)
+
+
+def _file_kind(name: str) -> str:
     kind = _kinds.get(name)
     if kind is None:
         if name.startswith("<frozen") or name.startswith("<__array_function__"):
@@ -264,10 +374,48 @@ def _student_call(fn: Callable, pure: bool, may_return_none: bool) -> Callable:
     return call
 
 
+def is_student_object(value: Any) -> bool:
+    """Whether a check argument is the student's callable: a plain function, or a grader proxy
+    of one (a class with ``_student_proxy = True``)."""
+    return isinstance(value, types.FunctionType) or getattr(type(value), "_student_proxy", False)
+
+
+def _verdict(fn: Callable, forbidden: tuple[str, ...], pure: bool, may_return_none: bool,
+             args: tuple, kwargs: dict) -> Optional[str]:
+    """Run the check ``fn`` on the student's objects: the detail string of a pass, or
+    :class:`NotAttempted` / :class:`CheckFailed` with one clear message."""
+    name = fn.__name__
+    if any(a is None for a in (*args, *kwargs.values())):
+        raise NotAttempted(f"{name}: not attempted yet -- replace None by your answer, then run "
+                           f"this cell again")
+    args = tuple(_student_call(a, pure, may_return_none) if is_student_object(a) else a for a in args)
+    kwargs = {k: _student_call(v, pure, may_return_none) if is_student_object(v) else v
+              for k, v in kwargs.items()}
+    try:
+        return run_forbidding(forbidden, lambda: fn(*args, **kwargs))
+    except NotImplementedError:
+        raise NotAttempted(f"{name}: not attempted yet -- your function still raises "
+                           f"NotImplementedError; replace the stub with your implementation") from None
+    except NotAttempted:
+        raise
+    except CheckFailed as e:
+        raise CheckFailed(f"{name} failed: {e}") from None
+    except Exception as e:
+        if getattr(e, "_raised_by_student", False):  # the student's code crashed: say so
+            raise CheckFailed(f"{name}: your code raised {type(e).__name__}: {e}") from e
+        raise CheckFailed(
+            f"{name}: the check could not use your function's result "
+            f"({type(e).__name__}: {e}); check the type and shape of what you return "
+            f"(if they look right, the check itself may have a bug -- please report it)") from None
+
+
 def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidden: tuple[str, ...] = (),
                    pure: bool = True, may_return_none: bool = False) -> Any:
     """Turn ``fn`` (which raises :class:`CheckFailed` or returns an optional detail string) into
     a student-facing check: stubs and crashes become clear messages; success prints one line.
+
+    Called by a notebook, the check prints one line for a pass or a stub and raises
+    :class:`CheckFailed` for a wrong answer (see the module docstring).
 
     Usable bare (``@exercise_check``) or with options
     (``@exercise_check(forbidden=("torch.softmax",), pure=True)``):
@@ -293,26 +441,16 @@ def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidd
         _resolve(name)  # fail at import time on a typo
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> bool:
-        args = tuple(_student_call(a, pure, may_return_none) if isinstance(a, types.FunctionType) else a for a in args)
-        kwargs = {k: _student_call(v, pure, may_return_none) if isinstance(v, types.FunctionType) else v
-                  for k, v in kwargs.items()}
+    def wrapper(*args: Any, **kwargs: Any) -> Optional[bool]:
         try:
-            detail = run_forbidding(forbidden, lambda: fn(*args, **kwargs))
-        except NotImplementedError:
-            raise CheckFailed(f"{fn.__name__}: your function raises NotImplementedError -- "
-                              f"replace the stub with your implementation first") from None
-        except CheckFailed as e:
-            raise CheckFailed(f"{fn.__name__} failed: {e}") from None
-        except Exception as e:
-            if getattr(e, "_raised_by_student", False):  # the student's code crashed: say so
-                raise CheckFailed(f"{fn.__name__}: your code raised {type(e).__name__}: {e}") from e
-            raise CheckFailed(
-                f"{fn.__name__}: the check could not use your function's result "
-                f"({type(e).__name__}: {e}); check the type and shape of what you return "
-                f"(if they look right, the check itself may have a bug -- please report it)") from e
-        print(f"✓ {fn.__name__} passed" + (f": {detail}" if detail else ""))
-        return True
+            detail = _verdict(fn, forbidden, pure, may_return_none, args, kwargs)
+        except NotAttempted as e:
+            if not in_ipython():
+                raise
+            print(f"\u2026 {e}")
+            return None
+        print(f"\u2713 {fn.__name__} passed" + (f": {detail}" if detail else ""))
+        return None if in_ipython() else True
 
     wrapper.forbidden = forbidden  # type: ignore[attr-defined]
     CHECKS[fn.__name__] = wrapper

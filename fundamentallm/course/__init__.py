@@ -6,6 +6,7 @@ Usage::
     python -m fundamentallm.course student-edition OUT_DIR [--root .] [--repository URL]
     python -m fundamentallm.course grade SUBMISSIONS [--csv scores.csv] [--details details.csv]
                                          [--timeout 60] [--chapters 02 03] [--jobs 1] [--root .]
+                                         [--resume] [--seed N]
     python -m fundamentallm.course nbgrader OUT_DIR [--root .] [--points 1]
     python -m fundamentallm.course colab-edition colab [--root .]   (see course/colab.py)
 
@@ -20,44 +21,51 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .book import (
-    CHECK_TAG,
-    SOLUTION_TAG,
-    STUB_TAG,
-    Chapter,
-    Exercise,
-    book_chapters,
-    exercise_label,
-    find_exercises,
-    make_stub,
-    run_exercise,
-    to_student_notebook,
-    toc_files,
-)
-from .edition import student_config, student_edition, student_toc
-from .grading import DEFAULT_TIMEOUT_S, Result, csv_safe, grade, grade_student, submitted_code
-from .nbgrader import nbgrader_export
-
-__all__ = [
-    "CHECK_TAG", "SOLUTION_TAG", "STUB_TAG", "Chapter", "Exercise", "Result", "book_chapters",
-    "csv_safe", "exercise_label", "find_exercises", "grade", "grade_student", "main", "make_stub",
-    "nbgrader_export", "run_exercise", "student_config", "student_edition", "student_toc",
-    "submitted_code", "to_student_notebook", "toc_files",
-]
+# The names below are imported on first use (PEP 562): the grading worker imports
+# fundamentallm.course.wire without paying for nbformat and the rest of the instructor's tools.
+_EXPORTS = {
+    "book": ["ANSWER_TAG", "CHECK_TAG", "SOLUTION_TAG", "STUB_TAG", "Chapter", "Exercise", "book_chapters",
+             "exercise_label", "exercise_parts", "find_exercises", "make_stub", "run_exercise",
+             "to_student_notebook", "toc_files"],
+    "edition": ["student_config", "student_edition", "student_toc"],
+    "grading": ["DEFAULT_TIMEOUT_S", "Result", "csv_safe", "grade", "grade_student", "review_source",
+                "submitted_code"],
+    "nbgrader": ["nbgrader_export"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE) + ["main"]
 
 
-def _print_table(rows: list[dict], details: list[Result]) -> None:
+def __getattr__(name: str):
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _print_table(rows: list[dict], details: list) -> None:
     print(f"{'student':30s} {'score':>9s}")
     for row in rows:
         print(f"{row['student'][:30]:30s} {row['total']:4d}/{row['out_of']:<4d}")
-    failed = [r for r in details if not r.passed]
-    if failed:
-        print("\nnot passed:")
-        for r in failed:
+    counts: dict[str, int] = {}
+    for r in details:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    print("\n" + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    review = [r for r in details if r.status == "needs review"]
+    if review:
+        print("\nneeds review (0 marks until you read the code):")
+        for r in review:
             print(f"  {r.student} {r.label}: {r.message}")
+    if any(r.status in ("failed", "not attempted", "missing") for r in details):
+        print("\nthe reason of every mark: --details FILE (one row per student and exercise)")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from .edition import student_edition
+    from .grading import DEFAULT_TIMEOUT_S, grade
+    from .nbgrader import nbgrader_export
+
     parser = argparse.ArgumentParser(prog="python -m fundamentallm.course", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("student-edition", help="write the book without solutions")
@@ -76,6 +84,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     g.add_argument("--chapters", nargs="*", default=None, help="grade only these chapters (file name prefixes: 02 03)")
     g.add_argument("--jobs", type=int, default=1, help="students graded in parallel (default 1)")
     g.add_argument("--root", type=Path, default=None, help="the book's root (default: ./ or the package's repository)")
+    g.add_argument("--resume", action="store_true",
+                   help="continue the run recorded in the journal beside --csv (same seed, finished students kept)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="the seed of the checks' inputs (default: a fresh random one, kept in the journal)")
     n = sub.add_parser("nbgrader", help="write an nbgrader source assignment per chapter")
     n.add_argument("out_dir", type=Path)
     n.add_argument("--root", type=Path, default=None, help="the book's root (holds _toc.yml)")
@@ -98,7 +110,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"wrote {len(written)} nbgrader assignments to {args.out_dir}/source")
         else:
             rows, details = grade(args.submissions, args.csv, args.details, root=args.root,
-                                  timeout=args.timeout, chapters=args.chapters, jobs=args.jobs)
+                                  timeout=args.timeout, chapters=args.chapters, jobs=args.jobs,
+                                  seed=args.seed, resume=args.resume)
             _print_table(rows, details)
     except (FileNotFoundError, ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)

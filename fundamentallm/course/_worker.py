@@ -1,63 +1,158 @@
-"""The grading worker: ``python -m fundamentallm.course._worker JOB RESULTS``.
+"""The grading worker: ``python -m fundamentallm.course._worker`` (started by the grader, inside
+the sandbox).
 
-Runs in its own process, one per student (a fresh one after a crash or a timeout). ``JOB`` is a
-JSON list of ``{"label", "code", "check"}``: the student's code for each exercise and the check
-cell *from the book*. For each exercise it appends ``{"start": label}`` and then
-``{"label", "passed", "message"}`` to ``RESULTS`` (JSON lines), so the parent can time each
-exercise and knows which one was running if the process dies. Everything the student's code
-raises, ``SystemExit`` and ``KeyboardInterrupt`` included, fails only that exercise.
+It holds one student's code and nothing else: no check, no expected value, no score, no file of
+the grader. It reads requests from its stdin and answers on its stdout, in the wire format
+(:mod:`fundamentallm.course.wire`), one request at a time:
+
+* ``load``: run the student's code of one exercise (after the chapter's imports) in the
+  chapter's namespace; answer the requested names as data, or as handles for functions, classes
+  and other objects;
+* ``call``: call a handle with data arguments (or handles); answer the result, the arguments the
+  call changed in place, or the exception's type and message (``NotImplementedError`` for a
+  stub). Calls to the exercise's forbidden functions are recorded by the profiler of
+  :func:`fundamentallm.checks.core.run_forbidding` (a second signal; the grader's verdict is its
+  static analysis of the source);
+* ``getattr``: an attribute of a handle.
+
+The worker is untrusted: the grader treats everything it answers as the student's answer and
+judges it in its own process. Before any student code runs, the protocol moves to private file
+descriptors and stdin/stdout/stderr point to /dev/null, so printing cannot corrupt the stream.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import sys
+from typing import Any
+
+MAX_HANDLES = 10_000
 
 
-def _first_line(text: str) -> str:
-    lines = [line for line in str(text).splitlines() if line.strip()]
-    return lines[0][:500] if lines else ""
+def main() -> None:
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    from fundamentallm.course import (  # torch is imported by the first tensor (or the student)
+        sandbox,
+        wire,
+    )
 
+    if os.environ.get(sandbox.LIMITS_ENV):
+        sandbox.set_limits(os.environ.pop(sandbox.LIMITS_ENV))
 
-def run_one(label: str, code: str, check: str, checks_module) -> tuple[bool, str]:
-    """Execute the student's ``code`` and then the book's ``check`` in a fresh namespace."""
-    namespace = {"checks": checks_module, "__name__": "__exercise__"}
-    buf = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            exec(compile(code, f"<submission {label}>", "exec"), namespace)  # noqa: S102
-            exec(compile(check, f"<check {label}>", "exec"), namespace)  # noqa: S102
-    except BaseException as e:  # a wrong answer, a stub, a crash, SystemExit: this exercise fails
-        name = type(e).__name__
-        if isinstance(e, SystemExit):
-            return False, f"SystemExit({e.code!r}): the submission tried to stop the grader"
-        return False, f"{name}: {_first_line(e)}" if _first_line(e) else name
-    printed = [line for line in buf.getvalue().splitlines() if line.startswith("✓")]
-    return True, printed[-1] if printed else "passed"
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    handles: dict[int, Any] = {}
+    ids: dict[int, int] = {}
+    namespaces: dict[str, dict] = {}
+    graphs: dict[int, tuple[list, list]] = {}  # call id -> (inputs, outputs) that need gradients
 
+    def to_handle(obj: Any) -> int:
+        hid = ids.get(id(obj))
+        if hid is None or handles.get(hid) is not obj:
+            if len(handles) >= MAX_HANDLES:
+                raise wire.WireError("too many objects")
+            hid = len(handles) + 1
+            handles[hid] = obj
+            ids[id(obj)] = hid
+        return hid
 
-def main(job_path: str, results_path: str) -> None:
-    with open(job_path, encoding="utf-8") as f:
-        job = json.load(f)
-    out = open(results_path, "a", encoding="utf-8")  # noqa: SIM115
+    def from_handle(hid: int) -> Any:
+        if hid not in handles:
+            raise wire.WireError(f"unknown handle {hid}")
+        return handles[hid]
 
-    def emit(record: dict) -> None:
-        out.write(json.dumps(record) + "\n")
-        out.flush()
+    def error(e: BaseException) -> dict:
+        return {"error": {"type": type(e).__name__, "message": str(e)[:2000]}}
 
-    from fundamentallm import checks  # imported before any student code runs
+    def answer(value: Any, extra: dict) -> tuple[dict, list[bytes]]:
+        obj, buffers = wire.encode(value, to_handle)
+        return {**extra, "ok": True, "result": obj}, buffers
 
-    for item in job:
-        emit({"start": item["label"]})
-        passed, message = run_one(item["label"], item["code"], item["check"], checks)
-        emit({"label": item["label"], "passed": passed, "message": message})
-    out.close()
+    def handle_request(header: dict, buffers: list[bytes]) -> tuple[dict, list[bytes]]:
+        op = header.get("op")
+        torch = sys.modules.get("torch")
+        if op == "load":
+            ns = namespaces.setdefault(str(header["chapter"]), {"__name__": "__main__"})
+            try:
+                if header.get("prelude"):
+                    exec(compile(header["prelude"], "<chapter imports>", "exec"), ns)  # noqa: S102
+                exec(compile(header["code"], f"<answer {header['label']}>", "exec"), ns)  # noqa: S102
+            except BaseException as e:  # SystemExit and KeyboardInterrupt too: the student's
+                return error(e), []
+            names = {}
+            for name in header.get("names", []):
+                if name in ns:
+                    value = ns[name]
+                    names[name] = value if not callable(value) else wire.Handle(to_handle(value))
+                else:
+                    names[name] = wire.Handle(0)  # 0: not defined
+            return answer(names, {})
+        if op == "call":
+            fn = from_handle(int(header["target"]))
+            args = wire.decode(header["args"], buffers, from_handle)
+            kwargs = wire.decode(header["kwargs"], buffers, from_handle)
+            torch = sys.modules.get("torch")  # the call may have imported it
+            before = {i: a.detach().clone() for i, a in enumerate(args)
+                      if torch is not None and isinstance(a, torch.Tensor)} if header.get("pure") else {}
+            forbidden = tuple(header.get("forbidden", ()))
+            try:
+                if forbidden:
+                    from fundamentallm.checks.core import CheckFailed, run_forbidding
+
+                    try:
+                        result = run_forbidding(forbidden, lambda: fn(*args, **kwargs))
+                    except CheckFailed as e:  # the profiler saw a forbidden call
+                        return {"forbidden": str(e)}, []
+                else:
+                    result = fn(*args, **kwargs)
+            except BaseException as e:
+                return error(e), []
+            if header.get("call") is not None:  # the grader will ask for gradients
+                graphs[int(header["call"])] = (wire.grad_tensors([args, kwargs]), wire.grad_tensors(result))
+                for old in sorted(graphs)[:-64]:
+                    del graphs[old]
+            changed = {str(i): args[i] for i, b in before.items()
+                       if isinstance(args[i], torch.Tensor) and (args[i].shape != b.shape or not torch.equal(
+                           args[i].detach().nan_to_num(1e30), b.nan_to_num(1e30)))}
+            if torch is not None:  # a generator the check passed: its state after the call
+                changed.update({str(i): a for i, a in enumerate(args) if isinstance(a, torch.Generator)})
+            return answer({"value": result, "changed": changed}, {})
+        if op == "backward":  # gradients of one output of an earlier call, for the check's autograd
+            inputs, outputs = graphs[int(header["call"])]
+            grad = wire.decode(header["grad"], buffers, from_handle)
+            try:
+                grads = torch.autograd.grad(outputs[int(header["index"])], inputs, grad,
+                                            allow_unused=True, retain_graph=True)
+            except BaseException as e:
+                return error(e), []
+            return answer(list(grads), {})
+        if op == "getattr":
+            obj = from_handle(int(header["target"]))
+            try:
+                value = getattr(obj, str(header["name"]))
+            except BaseException as e:
+                return error(e), []
+            return answer(value if not callable(value) else wire.Handle(to_handle(value)), {})
+        return {"error": {"type": "ProtocolError", "message": f"unknown op {op!r}"}}, []
+
+    wire.send(proto_out, {"ready": True}, [])
+    while True:
+        try:
+            header, buffers = wire.recv(proto_in)
+        except wire.Closed:
+            break
+        try:
+            reply, out_buffers = handle_request(header, buffers)
+        except BaseException as e:  # an unsendable result, a bad handle ...
+            reply, out_buffers = error(e), []
+        try:
+            wire.send(proto_out, reply, out_buffers)
+        except wire.WireError as e:
+            wire.send(proto_out, error(e), [])
     sys.stdout.flush()
     os._exit(0)  # do not wait for threads the student's code may have left running
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main()

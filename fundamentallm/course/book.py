@@ -3,16 +3,17 @@ exercises, and the student version of a notebook.
 
 Every exercise in a chapter notebook has the same structure (book/CONTRIBUTING.md):
 
-    markdown  :::{exercise} ... :label: chNN-exK
+    markdown  :::{exercise} Title  :label: chNN-exK  :class: KIND
+    code      tags ["answer"]     the stub the student edits (raises NotImplementedError / = None)
     markdown  ````{solution-start} chNN-exK   (:class: dropdown)
-    code      tags ["solution"]   imports + top-level functions only, self-contained
+    code      tags ["solution"]   the solution: defines the same names as the stub
+    markdown  (optional)          the idea of the solution
     markdown  ````{solution-end}
     code      tags ["check"]      e.g. checks.check_softmax_rows(softmax_rows)
 
-The student version drops the solution markers, replaces each solution cell by a stub with the
-same signatures and docstrings whose bodies raise ``NotImplementedError`` (tagged
-``exercise-stub``), and tags each check cell ``raises-exception`` so the unsolved notebook still
-executes end to end.
+An older chapter without the answer cell still parses: its stub is made from the solution
+(:func:`make_stub`). The student version keeps the statement, the answer cell and the check, and
+drops the solution block (markers, solution cells and the markdown between them).
 """
 
 from __future__ import annotations
@@ -28,17 +29,22 @@ from typing import Optional
 import nbformat
 import yaml
 
-SOLUTION_TAG, CHECK_TAG, STUB_TAG = "solution", "check", "exercise-stub"
+SOLUTION_TAG, CHECK_TAG, ANSWER_TAG = "solution", "check", "answer"
+STUB_TAG = ANSWER_TAG  # the student's cell (older name)
 _LABEL = re.compile(r":label:\s*(\S+)")
+_SOLUTION_START = re.compile(r"\{solution-start\}\s*(\S+)")
 
 
 @dataclass
 class Exercise:
-    """One exercise of a notebook: its label, the code cell and the check cell."""
+    """One exercise of a notebook: its label, the solution's code, the check cell's code, the
+    stub of the answer cell and the solution's markdown (its idea, if any)."""
 
     label: str
     code: str
     check: str
+    answer: str = ""
+    idea: str = ""
 
 
 def _tags(cell) -> list[str]:
@@ -53,23 +59,68 @@ def exercise_label(source: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
-def find_exercises(nb) -> list[Exercise]:
-    """The exercises of a notebook, in order. Raises ``ValueError`` on a malformed structure
-    (a solution cell with no check cell after it, or no exercise label before it)."""
-    found, label = [], None
-    cells = nb.cells
-    for i, cell in enumerate(cells):
-        if cell.cell_type == "markdown" and "{exercise}" in cell.source:
-            m = _LABEL.search(cell.source)
-            label = m.group(1) if m else None
-        tags = _tags(cell)
-        if cell.cell_type == "code" and (SOLUTION_TAG in tags or STUB_TAG in tags):
-            check = next((c for c in cells[i + 1:] if c.cell_type == "code" and CHECK_TAG in _tags(c)), None)
-            if check is None or label is None:
-                raise ValueError(f"exercise code cell {i} has no {'check cell after it' if check is None else 'exercise label before it'}")
-            found.append(Exercise(label, cell.source, check.source))
-            label = None
+def exercise_parts(nb) -> list[dict]:
+    """The exercises of a notebook as cell indices, in order: ``{"label", "statement",
+    "answer" (index or None for an older chapter), "solution" (the indices of the whole solution
+    block: markers, code and markdown), "solution_code", "check"}``. Raises ``ValueError`` on a
+    malformed structure, naming the cell."""
+    found: list[dict] = []
+    current: Optional[dict] = None
+    in_solution = False
+    for i, cell in enumerate(nb.cells):
+        tags, source = _tags(cell), cell.source
+        if cell.cell_type == "markdown" and "{exercise}" in source:
+            if current is not None:
+                raise ValueError(f"exercise {current['label']!r} (cell {current['statement']}) has no "
+                                 f"check cell before the next exercise (cell {i})")
+            label = exercise_label(source)
+            if label is None:
+                raise ValueError(f"the exercise statement in cell {i} has no :label:")
+            current = {"label": label, "statement": i, "answer": None, "solution": [],
+                       "solution_code": [], "check": None}
+            continue
+        if current is None:
+            if SOLUTION_TAG in tags or ANSWER_TAG in tags or "{solution-start}" in source:
+                raise ValueError(f"cell {i} ({'/'.join(tags) or 'solution-start'}) has no exercise "
+                                 f"label before it")
+            continue
+        if cell.cell_type == "markdown" and "{solution-start}" in source:
+            in_solution = True
+            current["solution"].append(i)
+        elif cell.cell_type == "markdown" and "{solution-end}" in source:
+            in_solution = False
+            current["solution"].append(i)
+        elif in_solution:
+            current["solution"].append(i)
+            if cell.cell_type == "code":
+                current["solution_code"].append(i)
+        elif cell.cell_type == "code" and SOLUTION_TAG in tags:  # a solution cell without markers
+            current["solution"].append(i)
+            current["solution_code"].append(i)
+        elif cell.cell_type == "code" and ANSWER_TAG in tags:
+            current["answer"] = i
+        elif cell.cell_type == "code" and CHECK_TAG in tags:
+            current["check"] = i
+            if not current["solution_code"]:
+                raise ValueError(f"exercise {current['label']!r} has no solution cell before its check "
+                                 f"(cell {i})")
+            found.append(current)
+            current = None
+    if current is not None:
+        raise ValueError(f"exercise {current['label']!r} (cell {current['statement']}) has no check cell after it")
     return found
+
+
+def find_exercises(nb) -> list[Exercise]:
+    """The exercises of a notebook, in order (see :func:`exercise_parts`)."""
+    out = []
+    for part in exercise_parts(nb):
+        code = "\n\n".join(nb.cells[i].source for i in part["solution_code"])
+        idea = "\n\n".join(nb.cells[i].source for i in part["solution"]
+                            if nb.cells[i].cell_type == "markdown" and "{solution-" not in nb.cells[i].source)
+        answer = nb.cells[part["answer"]].source if part["answer"] is not None else make_stub(code, part["label"])
+        out.append(Exercise(part["label"], code, nb.cells[part["check"]].source, answer, idea))
+    return out
 
 
 def make_stub(source: str, label: str = "this exercise") -> str:
@@ -99,22 +150,26 @@ def make_stub(source: str, label: str = "this exercise") -> str:
 
 
 def to_student_notebook(nb):
-    """A copy of ``nb`` with solutions removed and exercises stubbed (see the module docstring)."""
+    """A copy of ``nb`` without any solution: each exercise keeps its statement, its answer cell
+    (made from the solution by :func:`make_stub` in an older chapter without one) and its check."""
     nb = nbformat.from_dict(nb)  # deep copy
-    cells, label = [], None
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and ("{solution-start}" in cell.source or "{solution-end}" in cell.source):
-            continue
-        if cell.cell_type == "markdown" and "{exercise}" in cell.source:
-            m = _LABEL.search(cell.source)
-            label = m.group(1) if m else None
-        tags = _tags(cell)
-        if cell.cell_type == "code" and SOLUTION_TAG in tags:
-            cell.source = make_stub(cell.source, label or "exercise")
-            cell.metadata["tags"] = [t for t in tags if t != SOLUTION_TAG] + [STUB_TAG]
-        elif cell.cell_type == "code" and CHECK_TAG in tags and "raises-exception" not in tags:
-            cell.metadata["tags"] = tags + ["raises-exception"]
-        cells.append(cell)
+    parts = exercise_parts(nb)
+    drop = {i for part in parts for i in part["solution"]}
+    stub_at: dict[int, dict] = {}
+    for part in parts:
+        if part["answer"] is None:  # older chapter: the stub takes the first solution cell's place
+            stub_at[part["solution_code"][0]] = part
+    cells = []
+    for i, cell in enumerate(nb.cells):
+        if i in stub_at:
+            part = stub_at[i]
+            code = "\n\n".join(nb.cells[j].source for j in part["solution_code"])
+            cell.source = make_stub(code, part["label"])
+            cell.metadata["tags"] = [t for t in _tags(cell) if t != SOLUTION_TAG] + [ANSWER_TAG]
+            cell.outputs, cell.execution_count = [], None
+            cells.append(cell)
+        elif i not in drop:
+            cells.append(cell)
     nb.cells = cells
     return nb
 

@@ -9,10 +9,12 @@ exactly as the Jupyter Book pages are:
 * ``$$ ... $$ (label)`` becomes ``$$ ... \\tag{2.1} $$``, and ``{eq}`label``` becomes ``(2.1)``;
 * ``{cite}`key``` becomes ``(Vaswani et al., 2017)``, ``{cite:t}`` ``Vaswani et al. (2017)``, and
   a reference list (parsed from ``book/references.bib``) is appended to the chapter;
-* ``{exercise}`` becomes a heading ``### Exercise 2.1: title``; a gated solution's code cell is
-  collapsed (Colab's form view, ``jupyter.source_hidden`` in JupyterLab/Notebook 7: the code is
-  a click away and still runs, since later cells check it), its markers become one line; a
-  ``{solution}`` or ``dropdown`` written in Markdown becomes ``<details>``;
+* ``{exercise}`` becomes a heading ``### Exercise 2.1: title``; an exercise reads statement ->
+  answer cell (the stub the student edits) -> check -> the solution *after* the check, as
+  non-executing Markdown in a ``<details>`` block (its code in a fenced block, then its idea):
+  collapsed in Colab, JupyterLab, classic Notebook, nbconvert and GitHub, and never run by Run
+  All, so a student's answer is never overwritten and the edition does not solve itself; a
+  ``{solution}`` or ``dropdown`` written in Markdown becomes ``<details>`` too;
 * admonitions become block quotes, ``{figure}``/``{image}`` plain images; local images are
   inlined as ``data:`` URIs, so they show in Colab without the repository being published.
 
@@ -294,37 +296,59 @@ def page_names(root: Path) -> dict[str, str]:
     return out
 
 
+def _solution_details(number: str, code: list[str], idea: list[str]) -> str:
+    """The solution of exercise ``number`` as collapsed, non-executing Markdown."""
+    fence = "````" if any("```" in c for c in code) else "```"
+    blocks = [f"{fence}python\n{c.strip()}\n{fence}" for c in code if c.strip()]
+    return (f"<details>\n<summary>Solution to Exercise {number} (try the exercise first)</summary>\n\n"
+            + "\n\n".join(blocks + [i.strip() for i in idea if i.strip()]) + "\n\n</details>")
+
+
 def render_notebook(path: Path, targets: dict, bib: dict, pages: Optional[dict] = None) -> dict:
     """The Colab/Jupyter edition of one chapter, as a notebook dict (nbformat 4 JSON)."""
+    import nbformat
+
+    from .book import ANSWER_TAG, exercise_parts, make_stub
+
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    parts = exercise_parts(nbformat.reads(json.dumps(nb), as_version=4))
+    in_solution = {i for part in parts for i in part["solution"]}
+    by_check = {part["check"]: part for part in parts}
+    stub_before_check = {part["check"]: part for part in parts if part["answer"] is None}
     renderer = Renderer(targets, bib, Path(path).parent, pages)
-    n, cells, solution = chapter_number(path), [], None
-    for cell in nb["cells"]:
-        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    n, cells = chapter_number(path), []
+
+    def text(cell) -> str:
+        return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+    for i, cell in enumerate(nb["cells"]):
+        if i in in_solution:
+            continue
+        source = text(cell)
+        if i in stub_before_check:  # an older chapter without an answer cell: write the stub
+            part = stub_before_check[i]
+            stub = make_stub("\n\n".join(text(nb["cells"][j]) for j in part["solution_code"]), part["label"])
+            cells.append({"cell_type": "code", "id": _cell_id(cell.get("id", f"c{i}"), "answer"),
+                          "metadata": {"tags": [ANSWER_TAG]}, "execution_count": None, "outputs": [],
+                          "source": stub.splitlines(keepends=True)})
         if cell["cell_type"] == "markdown":
-            start = re.search(r"\{solution-start\}\s*(\S+)", source)
-            if start:
-                solution = start.group(1)
-                source = (f"**Solution to Exercise {renderer.number(solution, 'exercise')}** (the next cell, "
-                          "collapsed: try the exercise first; run the cell either way, the check below uses it)")
-            elif "{solution-end}" in source:
-                solution = None
-                continue
-            else:
-                source = renderer.markdown(source)
+            source = renderer.markdown(source)
             if not cells:
                 source = re.sub(r"^# ", f"# {n}. ", source, count=1)
-        elif solution is not None:
-            cell = dict(cell, metadata=dict(cell.get("metadata", {}), cellView="form",
-                                            jupyter={"source_hidden": True}))
-            source = f"# @title Solution to Exercise {renderer.number(solution, 'exercise')}\n" + source
-        lines = source.splitlines(keepends=True)
-        cells.append(dict(cell, source=lines))
+        cells.append(dict(cell, source=source.splitlines(keepends=True)))
+        if i in by_check:
+            part = by_check[i]
+            code = [text(nb["cells"][j]) for j in part["solution_code"]]
+            idea = [renderer.markdown(text(nb["cells"][j])) for j in part["solution"]
+                    if nb["cells"][j]["cell_type"] == "markdown" and "{solution-" not in text(nb["cells"][j])]
+            details = _solution_details(renderer.number(part["label"], "exercise"), code, idea)
+            cells.append({"cell_type": "markdown", "id": _cell_id(cell.get("id", f"c{i}"), "solution"),
+                          "metadata": {}, "source": details.splitlines(keepends=True)})
     if renderer.cited:
         refs = sorted(renderer.cited, key=lambda k: (_family_names(bib[k])[0], bib[k].get("year", "")))
-        text = "## References\n\n" + "\n".join(f"- {reference_line(bib[k])}" for k in refs)
+        text_refs = "## References\n\n" + "\n".join(f"- {reference_line(bib[k])}" for k in refs)
         cells.append({"cell_type": "markdown", "id": _cell_id(f"c{n:02d}", "references"), "metadata": {},
-                      "source": text.splitlines(keepends=True)})
+                      "source": text_refs.splitlines(keepends=True)})
     note = (f"*The Colab/Jupyter edition of chapter {n}, generated from `book/{Path(path).name}` by "
             f"`python -m fundamentallm.course colab-edition {EDITION_DIR}`: edit the book, not this file.*")
     cells.insert(1, {"cell_type": "markdown", "id": _cell_id(f"c{n:02d}", "edition"), "metadata": {},

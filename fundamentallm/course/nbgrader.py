@@ -6,10 +6,12 @@ chapter, ``OUT/source/<chapter>/<chapter>.ipynb``, the instructor's notebook in 
 * each exercise's solution cell is an autograded-answer cell (``nbgrader.solution``): imports and
   signatures stay, each function body sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
   (``nbgrader generate_assignment`` replaces it by ``raise NotImplementedError()``);
-* each check cell is a locked autograder test cell (``nbgrader.grade``, ``locked``, ``points``):
+* each check cell is a locked autograder test cell, run under ``checks.strict()`` (a stub raises
+  instead of printing "not attempted yet") (``nbgrader.grade``, ``locked``, ``points``):
   ``nbgrader autograde`` restores it from the source before running, so an edited check does not
   count;
-* the solution dropdown markers are removed; every other cell is kept as is.
+* the answer cell (the stub) and the solution block's markers and markdown (the solution's idea)
+  are removed; every other cell is kept as is.
 
 Then, in ``OUT``: ``nbgrader generate_assignment <chapter>``, collect submissions into
 ``submitted/<student>/<chapter>/``, ``nbgrader autograde <chapter> --create``, ``nbgrader export``.
@@ -23,7 +25,7 @@ from typing import Optional
 
 import nbformat
 
-from .book import CHECK_TAG, SOLUTION_TAG, book_chapters, exercise_label
+from .book import CHECK_TAG, SOLUTION_TAG, book_chapters, exercise_parts
 
 CONFIG = '''# nbgrader configuration written by `python -m fundamentallm.course nbgrader`.
 c = get_config()  # noqa: F821
@@ -42,7 +44,14 @@ def solution_regions(source: str) -> str:
     out: list[str] = []
     previous_end = 0
     for node in tree.body:
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):  # a value answer: hide it all
+            out.extend(lines[previous_end:node.lineno - 1])
+            out.append("### BEGIN SOLUTION")
+            out.extend(lines[node.lineno - 1:node.end_lineno])
+            out.append("### END SOLUTION")
+            previous_end = node.end_lineno
             continue
         body = node.body
         has_doc = isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
@@ -66,23 +75,31 @@ def solution_regions(source: str) -> str:
 def nbgrader_notebook(nb, points: float = 1.0):
     """The nbgrader source version of a chapter notebook (see the module docstring)."""
     nb = nbformat.from_dict(nb)
-    cells, label = [], None
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            if "{solution-start}" in cell.source or "{solution-end}" in cell.source:
-                continue
-            label = exercise_label(cell.source) or label
-        tags = cell.get("metadata", {}).get("tags", [])
-        if cell.cell_type == "code" and SOLUTION_TAG in tags:
-            cell.source = solution_regions(cell.source)
-            cell.metadata["tags"] = [t for t in tags if t != SOLUTION_TAG]
+    parts = exercise_parts(nb)
+    first_code = {part["solution_code"][0]: part for part in parts}
+    by_check = {part["check"]: part for part in parts}
+    drop = {i for part in parts for i in part["solution"]} | {part["answer"] for part in parts}
+    cells = []
+    for i, cell in enumerate(nb.cells):
+        if i in first_code:  # the exercise's solution, as one autograded-answer cell
+            part = first_code[i]
+            code = "\n\n".join(nb.cells[j].source for j in part["solution_code"])
+            cell.source = solution_regions(code)
+            cell.metadata["tags"] = [t for t in cell.metadata.get("tags", []) if t != SOLUTION_TAG]
             cell.metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False, "task": False,
-                                         "grade_id": f"{label}-answer", "schema_version": 3}
-        elif cell.cell_type == "code" and CHECK_TAG in tags:
-            cell.metadata["tags"] = [t for t in tags if t != CHECK_TAG]
+                                         "grade_id": f"{part['label']}-answer", "schema_version": 3}
+            cells.append(cell)
+        elif i in by_check:
+            # strict: an unattempted stub raises (nbgrader gives the points of a cell that does not)
+            body = "\n".join("    " + line if line.strip() else line for line in cell.source.splitlines())
+            cell.source = f"with checks.strict():\n{body}\n"
+            cell.metadata["tags"] = [t for t in cell.metadata.get("tags", []) if t != CHECK_TAG]
             cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "task": False,
-                                         "points": points, "grade_id": f"{label}-check", "schema_version": 3}
-        cells.append(cell)
+                                         "points": points, "grade_id": f"{by_check[i]['label']}-check",
+                                         "schema_version": 3}
+            cells.append(cell)
+        elif i not in drop:
+            cells.append(cell)
     nb.cells = cells
     return nb
 
