@@ -318,6 +318,9 @@ def _exercises(path: Path) -> list[dict]:
             solution_cells.append(block[j])
             j += 1
         assert solution_cells, f"{where}: {label} needs a code cell tagged 'solution' after solution-start"
+        while j < len(block) and block[j].cell_type == "markdown" and not re.match(r"^`{3,}\{solution-end\}",
+                                                                                    block[j].source):
+            j += 1  # the solution's explanation of the idea
         assert j < len(block) and block[j].cell_type == "markdown" and \
             re.match(r"^`{3,}\{solution-end\}", block[j].source), \
             f"{where}: the solution cells of {label} must be followed by '````{{solution-end}}'"

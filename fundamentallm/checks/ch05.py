@@ -70,34 +70,6 @@ def check_layer_norm(layer_norm: Callable) -> str:
     return "outputs and gradients equal to F.layer_norm (float32/64, large eps, constant rows)"
 
 
-@exercise_check(forbidden=("fundamentallm.norms.RMSNorm.forward",))
-def check_rms_norm(rms_norm: Callable) -> str:
-    """``rms_norm(x, weight, eps)``: ``x / sqrt(mean(x²) + eps) * weight`` over the last
-    dimension; outputs and gradients equal to ``F.rms_norm``."""
-    F = torch.nn.functional
-    cases = _ch05_norm_cases(1) + [("an all-zero row, eps=1e-6", torch.zeros(1, 4), 1e-6)]
-    for i, (name, x, eps) in enumerate(cases):
-        g = _ch05_rng(20 + i)
-        C = x.shape[-1]
-        weight = torch.randn(C, generator=g, dtype=x.dtype)
-        ins = [t.clone().requires_grad_(True) for t in (x, weight)]
-        refs = [t.clone().requires_grad_(True) for t in (x, weight)]
-        what = f"rms_norm({name})"
-        out = rms_norm(ins[0], ins[1], eps)
-        expected = F.rms_norm(refs[0], (C,), refs[1], eps)
-        check_shape(out, tuple(x.shape), what=what)
-        assert_same(out, expected.detach(), what=f"{what} (no mean subtraction: divide by "
-                    f"sqrt(mean of squares + eps), then * weight)", atol=1e-5, rtol=1e-4)
-        upstream = torch.randn(x.shape, generator=g, dtype=x.dtype)
-        got = _ch05_grads(out, ins, upstream, what)
-        want = torch.autograd.grad((expected * upstream).sum(), refs)
-        for label, a, e in zip(("x", "weight"), got, want):
-            if a is None:
-                raise CheckFailed(f"{what}: the result does not depend on {label}")
-            assert_same(a, e, what=f"{what}: gradient with respect to {label}", atol=1e-4, rtol=1e-3)
-    return "outputs and gradients equal to F.rms_norm (incl. large eps and an all-zero row)"
-
-
 @exercise_check
 def check_inverted_dropout(inverted_dropout: Callable) -> str:
     """``inverted_dropout(x, p, generator)``: zero each element independently with probability
@@ -227,3 +199,57 @@ def check_dropout_covariance(dropout_covariance: Callable) -> str:
                                   "the off-diagonal terms, or the 1/(1-p)?")
         assert_same(got, expected, what=what, rtol=1e-6, atol=1e-12)
     return f"matches the formula and the measurement on {len(cases)} layers"
+
+
+@exercise_check(forbidden=("torch.autograd.grad", "torch.Tensor.backward", "torch.func"))
+def check_batch_norm_backward(batch_norm_backward: Callable) -> str:
+    """``batch_norm_backward(x, gamma, dy, eps=1e-5)`` -> ``(dx, dgamma, dbeta)`` for training-mode
+    BatchNorm of ``x`` (N, C) with batch statistics (biased variance), given the upstream gradient
+    ``dy`` (N, C); compared with autograd through ``F.batch_norm``, without autograd on your side."""
+    g = _ch05_rng(60)
+    cases = [(8, 3, 1e-5), (2, 5, 1e-5), (16, 4, 0.5), (5, 1, 1e-3)]  # (N, C, eps)
+    for N, C, eps in cases:
+        x = (2 * torch.randn(N, C, generator=g, dtype=torch.float64) + 1).requires_grad_(True)
+        gamma = (1 + 0.5 * torch.randn(C, generator=g, dtype=torch.float64)).requires_grad_(True)
+        beta = torch.randn(C, generator=g, dtype=torch.float64, requires_grad=True)
+        dy = torch.randn(N, C, generator=g, dtype=torch.float64)
+        y = torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True, eps=eps)
+        ref = torch.autograd.grad((y * dy).sum(), (x, gamma, beta))
+        got = batch_norm_backward(x.detach().clone(), gamma.detach().clone(), dy.clone(), eps)
+        what = f"batch_norm_backward(x of shape ({N}, {C}), eps={eps})"
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise CheckFailed(f"{what}: return the tuple (dx, dgamma, dbeta)")
+        dx, dgamma, dbeta = got
+        for name, value, expected in (("dbeta", dbeta, ref[2]), ("dgamma", dgamma, ref[1])):
+            check_shape(value, tuple(expected.shape), what=f"{what}: {name}")
+            assert_same(_as_tensor(value).double(), expected, what=f"{what}: {name}", rtol=1e-6, atol=1e-8)
+        check_shape(dx, (N, C), what=f"{what}: dx")
+        dx = _as_tensor(dx).double()
+        sigma = torch.sqrt(x.detach().var(dim=0, unbiased=False) + eps)
+        if N > 1 and torch.allclose(dx, dy * gamma.detach() / sigma, rtol=1e-6, atol=1e-8):
+            raise CheckFailed(f"{what}: dx treats the batch mean and variance as constants; they are "
+                              "computed from every row of x, so each x_n also moves the others' "
+                              "outputs (subtract the mean of dy_hat and of dy_hat * x_hat)")
+        assert_same(dx, ref[0], what=f"{what}: dx", rtol=1e-6, atol=1e-8)
+    return f"dx, dgamma and dbeta equal autograd's on {len(cases)} batches"
+
+
+@exercise_check(may_return_none=True)
+def check_norm_ablation_prediction(growth_prediction) -> str:
+    """``growth_prediction``: ``{"with_norm": ..., "without_norm": ...}``, how the scale of the
+    residual stream grows with the number of blocks ``L`` in ``h <- h + f(norm(h))`` and in
+    ``h <- h + f(h)`` (random ReLU MLP blocks at initialization)."""
+    from .ch01 import choice_answers
+
+    options = ("constant", "sqrt", "linear", "exponential")
+    answer = choice_answers(growth_prediction, "growth_prediction",
+                            {"with_norm": options, "without_norm": options})
+    if answer["with_norm"] != "sqrt":
+        raise CheckFailed("with_norm: each block reads a unit-scale copy, so it adds a vector of about "
+                          "the same size each time, independent of the stream; L roughly independent "
+                          "additions of equal variance give a standard deviation like sqrt(L)")
+    if answer["without_norm"] != "exponential":
+        raise CheckFailed("without_norm: f(h) is now proportional in size to h itself, so each block "
+                          "multiplies the stream's variance by about the same factor (1 + c): "
+                          "that compounds")
+    return "the norm turns a multiplicative growth into an additive one"

@@ -183,3 +183,68 @@ def check_swiglu_matched_width(swiglu_matched_width: Callable) -> str:
                 f"GELU FFN has {target:,} and another width comes within {best:,} of it -- count the "
                 "biases too (up and gate have one each)")
     return f"the closest parameter match on {len(cases)} shapes"
+
+
+def _ch07_measured_resources(cfg: dict, batch_size: int, seq_len: int) -> tuple[int, int, int]:
+    """(parameters, forward FLOPs counted by torch's FlopCounterMode, bytes of float32 parameters,
+    gradients and AdamW's two moment buffers after one step) of the package's model."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ..config import TransformerConfig
+    from ..model import Transformer
+
+    torch.manual_seed(70)
+    model = Transformer(TransformerConfig(**cfg, attn_impl="explicit"))
+    ids = torch.randint(0, cfg["vocab_size"], (batch_size, seq_len), generator=torch.Generator().manual_seed(71))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(ids)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    _, loss = model(ids, ids)
+    loss.backward()
+    optimizer.step()
+    params = list(model.parameters())
+    tensors = params + [p.grad for p in params] + [
+        t for p in params for key, t in optimizer.state[p].items() if key != "step"]
+    return model.num_parameters(), int(counter.get_total_flops()), sum(t.numel() * t.element_size() for t in tensors)
+
+
+@exercise_check(forbidden=("torch.utils.flop_counter", "fundamentallm.model", "fundamentallm.feedforward",
+                           "fundamentallm.attention"))
+def check_resource_accounting(resource_accounting: Callable) -> str:
+    """``resource_accounting(config, num_parameters, batch_size, seq_len)`` -> ``{"forward_flops": int,
+    "training_bytes": int}``: the FLOPs of one forward pass (matrix products only, 2 per multiply-add)
+    and the float32 bytes of parameters, gradients and AdamW state, by hand; compared with
+    ``FlopCounterMode`` and the tensors of a real AdamW step."""
+    base = dict(vocab_size=50, d_model=32, num_heads=4, num_layers=2, max_seq_len=16)
+    cases = [({}, 2, 16), ({"activation": "swiglu"}, 1, 8), ({"d_ff": 48, "num_layers": 3}, 3, 5),
+             ({"vocab_size": 97, "d_model": 24, "num_heads": 2, "num_layers": 1, "max_seq_len": 12}, 2, 12)]
+    for overrides, B, T in cases:
+        cfg = {**base, **overrides}
+        P, flops, nbytes = _ch07_measured_resources(cfg, B, T)
+        got = resource_accounting(dict(cfg), P, B, T)
+        what = f"config {cfg}, batch {B}, seq_len {T}"
+        if not isinstance(got, dict) or set(got) != {"forward_flops", "training_bytes"}:
+            raise CheckFailed(f"{what}: return a dict with the keys 'forward_flops' and 'training_bytes'")
+        f = int(got["forward_flops"])
+        if f != flops:
+            C, L, V = cfg["d_model"], cfg["num_layers"], cfg["vocab_size"]
+            attention = L * 4 * B * T * T * C
+            head = 2 * B * T * C * V
+            hints = [(flops - attention, "you left out attention's two products, Q K^T and weights @ V "
+                                         "(2 B T^2 C FLOPs each per layer)"),
+                     (flops - head, "the output layer still multiplies (2 B T C V FLOPs) even though "
+                                    "its weight is tied to the embedding"),
+                     (flops // 2, "a multiply-add counts as 2 FLOPs"),
+                     (2 * P * B * T, "2 x parameters x tokens is the usual estimate, not the count: the "
+                                     "embedding tables are looked up, not multiplied, norms and biases "
+                                     "are not matrix products, and attention's T^2 products have no "
+                                     "parameters")]
+            why = next((h for v, h in hints if f == v), "count the matrix products layer by layer")
+            raise CheckFailed(f"{what}: forward_flops = {f:,}, measured {flops:,}: {why}")
+        b = int(got["training_bytes"])
+        if b != nbytes:
+            why = {4 * P: "parameters alone; training also keeps a gradient and AdamW's two moments per parameter",
+                   8 * P: "AdamW keeps two moment buffers (exp_avg, exp_avg_sq), not one",
+                   12 * P: "add the gradients: one float per parameter"}.get(b, "4 bytes per float32 number")
+            raise CheckFailed(f"{what}: training_bytes = {b:,}, measured {nbytes:,}: {why}")
+    return f"FLOPs and training memory of {len(cases)} models equal the measured ones"
