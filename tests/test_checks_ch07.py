@@ -130,3 +130,9 @@ WRONG = [
 ]
 
 test_wrong_answer_gets_its_message = wrong_answer_tests(WRONG)
+
+test_wrong_answer_gets_its_message_ablation = wrong_answer_tests([
+    ("check_swiglu_ablation_prediction", "gelu", "richer function per parameter"),
+    ("check_swiglu_ablation_prediction", "same", "not something a GELU unit can form"),
+    ("check_swiglu_ablation_prediction", "relu", "choose one of"),
+])

@@ -248,3 +248,22 @@ def check_resource_accounting(resource_accounting: Callable) -> str:
                    12 * P: "add the gradients: one float per parameter"}.get(b, "4 bytes per float32 number")
             raise CheckFailed(f"{what}: training_bytes = {b:,}, measured {nbytes:,}: {why}")
     return f"FLOPs and training memory of {len(cases)} models equal the measured ones"
+
+
+@exercise_check(may_return_none=True)
+def check_swiglu_ablation_prediction(lower_error) -> str:
+    """``lower_error``: which FFN, at (almost) equal parameters, reaches the lower training error on
+    the chapter's memorisation task: ``"gelu"``, ``"swiglu"`` or ``"same"`` (within the noise)."""
+    from .ch01 import answer_given
+
+    answer = answer_given(lower_error, "lower_error", 'one of "gelu", "swiglu", "same"')
+    if answer not in ("gelu", "swiglu", "same"):
+        raise CheckFailed(f'lower_error = {answer!r}; choose one of "gelu", "swiglu", "same"')
+    if answer == "gelu":
+        raise CheckFailed("gelu: at equal parameters the GELU network has the wider hidden layer, but "
+                          "each SwiGLU unit computes a product of two projections, a richer function "
+                          "per parameter; which matters more here?")
+    if answer == "same":
+        raise CheckFailed("same: the parameter counts match, but the functions they compute do not; "
+                          "the gate's product of two projections is not something a GELU unit can form")
+    return "the gated unit stores more associations per parameter (measured after the check over 3 seeds)"
