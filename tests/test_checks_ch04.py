@@ -31,10 +31,14 @@ def alibi(num_heads, T):
     return (-slopes[:, None, None] * offset).masked_fill(offset < 0, float("-inf"))
 
 
+NOPE = {"causal": True, "bidirectional": False, "neighbours": "shrink"}
+
 WRONG = [
-    ("check_no_position_prediction", {"causal": True, "bidirectional": True}, "same set of keys"),
-    ("check_no_position_prediction", {"causal": False, "bidirectional": False}, "BOS's share"),
-    ("check_no_position_prediction", {"causal": 1, "bidirectional": 0}, "choose one of"),
+    ("check_no_position_prediction", {**NOPE, "bidirectional": True}, "same set of keys"),
+    ("check_no_position_prediction", {**NOPE, "causal": False}, "BOS's share"),
+    ("check_no_position_prediction", {**NOPE, "neighbours": "stay"}, r"1/\(\(t \+ 1\)\(t \+ 2\)\)"),
+    ("check_no_position_prediction", {**NOPE, "causal": 1}, "choose one of"),
+    ("check_no_position_prediction", {"causal": True, "bidirectional": False}, "missing \\['neighbours'\\]"),
     ("check_no_position_prediction", ["causal"], "should be a dict"),
     ("check_rope_score_matrix", lambda o, D, base=10000.0: rope_score_matrix(-o, D, base), "transpose"),
     ("check_rope_score_matrix", lambda o, D, base=10000.0: torch.eye(D), "R_m\\^T R_n"),

@@ -94,21 +94,26 @@ def check_alibi_bias(alibi_bias: Callable) -> str:
 
 @exercise_check(may_return_none=True)
 def check_no_position_prediction(no_position_prediction) -> str:
-    """``no_position_prediction``: ``{"causal": bool, "bidirectional": bool}``, whether a transformer
-    without positional encoding, reading ``[BOS, a, a, ..., a]``, can give different outputs at the
-    positions of the repeated ``a``."""
+    """``no_position_prediction``: for a transformer without positional encoding reading
+    ``[BOS, a, a, ..., a]``: can the outputs at the repeated ``a`` differ (``"causal"``,
+    ``"bidirectional"``: bool), and does the difference between neighbouring positions
+    ``"shrink"``, ``"stay"`` or ``"grow"`` along the sequence in the causal model (``"neighbours"``)."""
     from .ch01 import choice_answers
 
     answer = choice_answers(no_position_prediction, "no_position_prediction",
-                            {"causal": (True, False), "bidirectional": (True, False)})
+                            {"causal": (True, False), "bidirectional": (True, False),
+                             "neighbours": ("shrink", "stay", "grow")})
     if answer["bidirectional"]:
         raise CheckFailed("bidirectional: every 'a' has the same token vector and reads the same set "
-                          "of keys (BOS and seven a's), so every layer gives every 'a' the same output")
+                          "of keys (BOS and all the a's), so every layer gives every 'a' the same output")
     if not answer["causal"]:
         raise CheckFailed("causal: the 'a' at position t reads BOS and t copies of 'a'; the softmax "
                           "shares its weight among them, so BOS's share, and the output, changes with t")
-    return ("the causal mask itself leaks position: BOS's share of the weight depends on t "
-            "(1/(t + 1) where all scores are equal)")
+    if answer["neighbours"] != "shrink":
+        raise CheckFailed("neighbours: with equal scores BOS's share at position t is 1/(t + 1); from t "
+                          "to t + 1 it changes by 1/((t + 1)(t + 2)), less and less as t grows")
+    return ("the causal mask leaks position, through BOS's share of the weight, and less and less "
+            "clearly as the sequence grows")
 
 
 def _rope_rotation(position: float, D: int, base: float) -> torch.Tensor:
