@@ -64,3 +64,9 @@ WRONG = [
 ]
 
 test_wrong_answer_gets_its_message = wrong_answer_tests(WRONG)
+
+test_wrong_answer_gets_its_message_ablation = wrong_answer_tests([
+    ("check_post_ln_lr_prediction", "plateau", "size of the first updates"),
+    ("check_post_ln_lr_prediction", "better", "both wirings train alike"),
+    ("check_post_ln_lr_prediction", "same", "choose one of"),
+])

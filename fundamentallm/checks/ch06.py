@@ -188,3 +188,23 @@ def check_ln_jacobian_prediction(ln_jacobian_prediction) -> str:
         raise CheckFailed(f"norm_ratio = {ratio:.3g}: the Jacobian carries a factor 1/sigma(z); what "
                           f"does multiplying z by 10 do to sigma?{hint}")
     return "J removes the directions 1 and z_hat and divides by sigma: 10 times the input, a tenth of the gradient"
+
+
+@exercise_check(may_return_none=True)
+def check_post_ln_lr_prediction(post_ln_at_lower_lr) -> str:
+    """``post_ln_at_lower_lr``: how post-LN at depth 6 ends without warmup when the learning rate is
+    3 times smaller (1e-3): ``"plateau"`` (near the context-free loss), ``"close"`` (within 0.1 of
+    pre-LN at the same rate) or ``"better"`` (more than 0.1 below pre-LN)."""
+    from .ch01 import answer_given
+
+    answer = answer_given(post_ln_at_lower_lr, "post_ln_at_lower_lr", '"plateau", "close" or "better"')
+    if answer not in ("plateau", "close", "better"):
+        raise CheckFailed(f'post_ln_at_lower_lr = {answer!r}; choose one of "plateau", "close", "better"')
+    if answer == "plateau":
+        raise CheckFailed("plateau: what goes wrong without warmup is the size of the first updates on "
+                          "post-LN's large near-output gradients; a smaller constant rate also makes them "
+                          "smaller, which is what warmup does at the start")
+    if answer == "better":
+        raise CheckFailed("better: nothing in post-LN's wiring makes it learn faster here; once the "
+                          "first updates are small enough, both wirings train alike at depth 6")
+    return "post-LN's failure was the large early updates, not the wiring itself (measured after the check)"
