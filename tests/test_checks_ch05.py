@@ -7,6 +7,7 @@ from check_tables import wrong_answer_tests
 
 residual_gradient_norms = book_solution("ch05-ex4", "residual_gradient_norms")
 batch_norm_backward = book_solution("ch05-ex2", "batch_norm_backward")
+group_norm = book_solution("ch05-ex3", "group_norm")
 
 
 def layer_norm_unbiased(x, weight, bias, eps=1e-5):
@@ -22,44 +23,6 @@ def layer_norm_eps_outside(x, weight, bias, eps=1e-5):
 
 def layer_norm_detached(x, weight, bias, eps=1e-5):
     return torch.nn.functional.layer_norm(x.detach(), x.shape[-1:], weight.detach(), bias.detach(), eps)
-
-
-def dropout_unscaled(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    return x * (torch.rand(x.shape, generator=generator) >= p)
-
-
-def dropout_keep_p(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    if p == 0.0:
-        return x.clone()
-    return x * (torch.rand(x.shape, generator=generator) < p) / p  # keeps with probability p
-
-
-def dropout_global_rng(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    return x * (torch.rand(x.shape) >= p) / (1 - p)
-
-
-def dropout_per_column(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    return x * (torch.rand(x.shape[-1], generator=generator) >= p) / (1 - p)
-
-
-def dropout_no_validation(x, p, generator=None):
-    if p == 0.0:
-        return x.clone()
-    return x * (torch.rand(x.shape, generator=generator) >= p) / (1 - p)
-
-
-def dropout_in_place(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    return x.mul_((torch.rand(x.shape, generator=generator) >= p) / (1 - p))
 
 
 def grad_norms_no_residual(blocks, x, residual=True):
@@ -129,12 +92,15 @@ WRONG = [
      lambda x, g, dy, eps=1e-5: (batch_norm_backward(x, g, dy, eps)[0], (dy * x).sum(0), dy.sum(0)), "dgamma"),
     ("check_batch_norm_backward", bn_backward_no_inv_std, "dx: .* elements differ"),
     ("check_batch_norm_backward", bn_backward_autograd, "not to use torch.Tensor.backward"),
-    ("check_inverted_dropout", dropout_unscaled, r"1/\(1-p\)"),
-    ("check_inverted_dropout", dropout_keep_p, "expected about p"),
-    ("check_inverted_dropout", dropout_global_rng, "generator"),
-    ("check_inverted_dropout", dropout_per_column, "independent decision per element"),
-    ("check_inverted_dropout", dropout_no_validation, "ValueError"),
-    ("check_inverted_dropout", dropout_in_place, "in place"),
+    ("check_group_norm", lambda x, G, w, b, eps=1e-5: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps),
+     "that is LayerNorm over all C channels"),
+    ("check_group_norm", lambda x, G, w, b, eps=1e-5: (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + eps) * w + b,
+     "normalizes over the batch"),
+    ("check_group_norm", lambda x, G, w, b, eps=1e-5: torch.nn.functional.group_norm(x, G, w, b, eps),
+     "not to use torch(.nn.functional)?.group_norm"),
+    ("check_group_norm", lambda x, G, w, b, eps=1e-5: group_norm(x, G, w, b, eps) if x.shape[1] % G == 0
+     else torch.zeros_like(x), "should raise ValueError"),
+    ("check_group_norm", lambda x, G, w, b, eps=1e-5: group_norm(x, G, torch.ones_like(w), b, eps), "elements differ"),
     ("check_residual_gradient_norms", grad_norms_no_residual, "residual=True"),
     ("check_residual_gradient_norms", grad_norms_reversed, "block"),
     ("check_residual_gradient_norms", grad_norms_sum_of_norms, "sqrt of the summed"),

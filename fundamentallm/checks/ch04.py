@@ -35,38 +35,6 @@ def check_rotate_half(rotate_half: Callable) -> str:
     return "known answer, batched shapes and the odd-size validation"
 
 
-def _ref_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
-    """RoPE through complex numbers: channel pair (i, i + D/2) is z = x_i + j·x_{i+D/2}, and
-    rotating it by angle a is multiplying by e^{j·a}."""
-    D = x.shape[-1]
-    x64 = x.double()
-    z = torch.complex(x64[..., : D // 2], x64[..., D // 2:])  # (..., T, D/2)
-    freqs = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
-    angles = positions.double()[:, None] * freqs  # (T, D/2)
-    z = z * torch.polar(torch.ones_like(angles), angles)
-    return torch.cat([z.real, z.imag], dim=-1)
-
-
-@exercise_check
-def check_apply_rope(apply_rope: Callable) -> str:
-    """``apply_rope(x, positions, base=10000.0)``: rotate each pair ``(x_i, x_{i+D/2})`` of the
-    ``(..., T, D)`` tensor by ``positions[t] · base^(-2i/D)``; ``positions`` is a ``(T,)`` tensor."""
-    g = torch.Generator().manual_seed(9)
-    cases = [((1, 4, 8), torch.arange(4), 10000.0, "positions 0..3"),
-             ((2, 3, 5, 6), torch.arange(5) + 7, 10000.0, "positions 7..11"),
-             ((2, 3, 16), torch.tensor([9, 0, 4]), 10000.0, "positions [9, 0, 4] in any order"),
-             ((6, 4), torch.arange(6), 100.0, "base 100")]
-    for shape, pos, base, name in cases:
-        x = torch.randn(shape, generator=g)
-        out = apply_rope(x.clone(), pos, base) if base != 10000.0 else apply_rope(x.clone(), pos)
-        what = f"apply_rope(x of shape {shape}, {name})"
-        check_shape(out, shape, what=what)
-        assert_same(_as_tensor(out).double(), _ref_rope(x, pos, base), atol=1e-5, rtol=1e-4,
-                    what=f"{what} (pair channel i with i + D/2, angle = position · base^(-2i/D), "
-                         f"x·cos + rotate_half(x)·sin)")
-    return f"{len(cases)} cases equal to a complex-number reference"
-
-
 @exercise_check
 def check_alibi_bias(alibi_bias: Callable) -> str:
     """``alibi_bias(num_heads, T)`` -> ``(H, T, T)`` ALiBi biases: ``-m_h·(i - j)`` for keys
@@ -152,3 +120,34 @@ def check_rope_score_matrix(rope_score_matrix: Callable) -> str:
                               "R_m^T R_n, a rotation of each pair (i, i + D/2) by -offset * theta_i")
         assert_same(M, expected, what=what, atol=1e-6, rtol=1e-5)
     return "the score depends on the positions only through m - n"
+
+
+@exercise_check
+def check_count_slow_pairs(count_slow_pairs: Callable) -> str:
+    """``count_slow_pairs(D, base, context)`` -> how many of the ``D/2`` RoPE pairs turn by less than
+    one full turn (2 pi) between positions 0 and ``context``."""
+    import math
+
+    g = torch.Generator().manual_seed(46)
+    cases = [(64, 10000.0, 4096), (128, 10000.0, 2048), (64, 500000.0, 8192), (16, 100.0, 10)]
+    cases += [(int(2 * torch.randint(2, 64, (1,), generator=g)), float(10 ** torch.randint(2, 7, (1,), generator=g)),
+               int(torch.randint(8, 100000, (1,), generator=g))) for _ in range(3)]
+    for D, base, context in cases:
+        theta = [base ** (-2 * i / D) for i in range(D // 2)]
+        expected = sum(context * t < 2 * math.pi for t in theta)
+        got = count_slow_pairs(D, base, context)
+        what = f"count_slow_pairs(D={D}, base={base:g}, context={context})"
+        if isinstance(got, bool) or not isinstance(got, (int, torch.Tensor)) or int(got) != got:
+            raise CheckFailed(f"{what}: return an int, got {got!r}")
+        got = int(got)
+        if got != expected:
+            if got == D // 2 - expected:
+                raise CheckFailed(f"{what}: {got} is the number of pairs that DO complete a turn; "
+                                  "the question asks for the others")
+            first = next((i for i, t in enumerate(theta) if context * t < 2 * math.pi), D // 2)
+            if got == first:
+                raise CheckFailed(f"{what}: {got} is the index of the first slow pair; count the "
+                                  "pairs from it to the last, D/2 - 1")
+            raise CheckFailed(f"{what}: expected {expected}, got {got}; pair i turns by "
+                              "context * base^(-2i/D) radians between positions 0 and context")
+    return "the slow pairs are the last ones: their frequencies base^(-2i/D) are the smallest"

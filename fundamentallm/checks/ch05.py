@@ -70,58 +70,6 @@ def check_layer_norm(layer_norm: Callable) -> str:
     return "outputs and gradients equal to F.layer_norm (float32/64, large eps, constant rows)"
 
 
-@exercise_check
-def check_inverted_dropout(inverted_dropout: Callable) -> str:
-    """``inverted_dropout(x, p, generator)``: zero each element independently with probability
-    ``p``, scale the kept ones by ``1/(1-p)``, draw randomness only from ``generator``;
-    ``p=0`` is the identity; ``ValueError`` for ``p`` outside ``[0, 1)``."""
-    x = torch.randn(200, 200, generator=_ch05_rng(30))
-    x_before = x.clone()
-    out = inverted_dropout(x, 0.0, torch.Generator().manual_seed(0))
-    assert_same(out, x_before, what="inverted_dropout(x, p=0.0) (nothing dropped, nothing scaled)")
-    for p in (0.1, 0.5, 0.8):
-        what = f"inverted_dropout(x of shape (200, 200), p={p})"
-        out = inverted_dropout(x, p, torch.Generator().manual_seed(1))
-        check_shape(out, tuple(x.shape), what=what)
-        if not torch.equal(x, x_before):
-            raise CheckFailed(f"{what} modified its input in place; return a new tensor")
-        out = _as_tensor(out)
-        kept = out != 0
-        rows, cols = kept.any(dim=1) & ~kept.all(dim=1), kept.any(dim=0) & ~kept.all(dim=0)
-        if not (rows.all() and cols.all()):
-            raise CheckFailed(f"{what}: whole rows or columns are dropped together; draw one "
-                              f"independent decision per element (a mask of x's shape)")
-        frac = 1.0 - kept.double().mean().item()
-        tol = 5 * (p * (1 - p) / x.numel()) ** 0.5 + 1e-3
-        if abs(frac - p) > tol:
-            raise CheckFailed(f"{what}: {frac:.3f} of the elements are zero, expected about p={p} "
-                              f"(each element is dropped with probability p, kept with 1 - p)")
-        assert_same(out[kept], x[kept] / (1 - p), what=f"{what}: the kept elements "
-                    f"(they must be scaled by 1/(1-p) so that the expectation is unchanged)")
-    ones = torch.ones(100_000)
-    mean = _as_tensor(inverted_dropout(ones, 0.5, torch.Generator().manual_seed(2))).mean().item()
-    if abs(mean - 1.0) > 0.02:
-        raise CheckFailed(f"inverted_dropout(ones, p=0.5): the mean is {mean:.4f}, expected about 1 "
-                          f"(inverted dropout preserves the expectation)")
-    a = inverted_dropout(x, 0.3, torch.Generator().manual_seed(3))
-    b = inverted_dropout(x, 0.3, torch.Generator().manual_seed(3))
-    c = inverted_dropout(x, 0.3, torch.Generator().manual_seed(4))
-    if not torch.equal(_as_tensor(a), _as_tensor(b)):
-        raise CheckFailed("two calls with generators seeded alike gave different masks: draw the "
-                          "random numbers from `generator` (e.g. torch.rand(x.shape, generator=generator))")
-    if torch.equal(_as_tensor(a), _as_tensor(c)):
-        raise CheckFailed("generators with different seeds gave the same mask: use `generator`")
-    x64 = torch.randn(3, 4, generator=_ch05_rng(31), dtype=torch.float64)
-    out64 = _as_tensor(inverted_dropout(x64, 0.5, torch.Generator().manual_seed(5)))
-    if out64.dtype != torch.float64:
-        raise CheckFailed(f"inverted_dropout(float64 x): the result has dtype {out64.dtype}; "
-                          f"keep x's dtype")
-    g = torch.Generator().manual_seed(6)
-    for bad in (1.0, -0.1, 1.5):
-        _expect_value_error(lambda bad=bad: inverted_dropout(x, bad, g), f"inverted_dropout(x, p={bad})", "p")
-    return "drop rate, 1/(1-p) scaling, unchanged mean, seeded masks, dtype and bad p"
-
-
 def _ch05_blocks(num_layers: int, width: int, norm: bool, seed: int) -> torch.nn.ModuleList:
     from torch import nn
     torch.manual_seed(540 + seed)
@@ -253,3 +201,32 @@ def check_norm_ablation_prediction(growth_prediction) -> str:
                           "multiplies the stream's variance by about the same factor (1 + c): "
                           "that compounds")
     return "the norm turns a multiplicative growth into an additive one"
+
+
+@exercise_check(forbidden=("torch.nn.functional.group_norm", "torch.group_norm"))
+def check_group_norm(group_norm: Callable) -> str:
+    """``group_norm(x, num_groups, weight, bias, eps=1e-5)`` for ``x`` (N, C): normalize each
+    sample over each group of ``C // num_groups`` consecutive channels, then the per-channel gain
+    and shift; a ``ValueError`` naming ``num_groups`` when it does not divide ``C``."""
+    g = _ch05_rng(70)
+    cases = [(4, 8, 2), (3, 6, 1), (2, 6, 6), (5, 12, 3), (1, 4, 2)]  # (N, C, num_groups)
+    for N, C, G in cases:
+        x = 3 * torch.randn(N, C, generator=g, dtype=torch.float64) + torch.randn(C, generator=g, dtype=torch.float64)
+        weight = 1 + 0.5 * torch.randn(C, generator=g, dtype=torch.float64)
+        bias = 0.5 * torch.randn(C, generator=g, dtype=torch.float64)
+        expected = torch.nn.functional.group_norm(x, G, weight, bias, eps=1e-5)
+        got = group_norm(x.clone(), G, weight.clone(), bias.clone(), 1e-5)
+        what = f"group_norm(x of shape ({N}, {C}), num_groups={G})"
+        check_shape(got, (N, C), what=what)
+        got = _as_tensor(got).double()
+        if G > 1 and torch.allclose(got, torch.nn.functional.layer_norm(x, (C,), weight, bias, 1e-5), atol=1e-6):
+            raise CheckFailed(f"{what}: that is LayerNorm over all C channels; each group of "
+                              f"{C // G} consecutive channels has its own mean and variance")
+        per_channel = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-5) * weight + bias
+        if N > 1 and torch.allclose(got, per_channel, atol=1e-6):
+            raise CheckFailed(f"{what}: that normalizes over the batch (BatchNorm); GroupNorm uses each "
+                              "sample's own channels")
+        assert_same(got, expected, what=f"{what} (vs F.group_norm)", rtol=1e-6, atol=1e-8)
+    _expect_value_error(lambda: group_norm(torch.zeros(2, 6), 4, torch.ones(6), torch.zeros(6), 1e-5),
+                        "group_norm with C=6, num_groups=4", "num_groups")
+    return f"{len(cases)} cases equal F.group_norm, from LayerNorm-like (1 group) to one channel per group"

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .core import CheckFailed, _as_tensor, assert_same, check_shape, exercise_check
 
 
 def _ch07_rng(seed: int) -> torch.Generator:
@@ -34,25 +34,6 @@ def check_feed_forward(feed_forward: Callable) -> str:
         check_shape(got, tuple(expected.shape), what=f"output for x of shape {shape}, d_ff={d_ff}")
         assert_same(got, expected, what=f"output for x of shape {shape}, d_ff={d_ff}")
     return f"{len(cases)} cases equal F.linear + F.gelu(approximate='tanh')"
-
-
-@exercise_check(forbidden=("fundamentallm.feedforward.FeedForward.forward",))
-def check_swiglu(swiglu: Callable) -> str:
-    """``swiglu(x, w_gate, w_up, w_down)`` = ``down(silu(gate(x)) * up(x))`` (no biases),
-    compared with a reference written with ``F.silu``."""
-    F_ = torch.nn.functional
-    cases = [((2, 3, 8), 24), ((4, 6), 16), ((1, 1, 4), 8)]
-    for seed, (shape, d_ff) in enumerate(cases):
-        g = _ch07_rng(10 + seed)
-        d_model = shape[-1]
-        x = torch.randn(shape, generator=g, dtype=torch.float64) * 2.0
-        w_gate, w_up = (torch.randn(d_ff, d_model, generator=g, dtype=torch.float64) for _ in range(2))
-        w_down = torch.randn(d_model, d_ff, generator=g, dtype=torch.float64) / d_ff ** 0.5
-        expected = F_.linear(F_.silu(F_.linear(x, w_gate)) * F_.linear(x, w_up), w_down)
-        got = swiglu(x.clone(), w_gate.clone(), w_up.clone(), w_down.clone())
-        check_shape(got, tuple(expected.shape), what=f"output for x of shape {shape}, d_ff={d_ff}")
-        assert_same(got, expected, what=f"output for x of shape {shape}, d_ff={d_ff}")
-    return f"{len(cases)} cases equal down(silu(gate(x)) * up(x))"
 
 
 # GPT-2 small with tied embeddings, as reported for the published checkpoint.
@@ -90,64 +71,6 @@ def check_count_parameters(count_parameters: Callable) -> str:
     if got is None or int(got) != _GPT2_SMALL_PARAMETERS:
         raise CheckFailed(f"GPT-2 small {gpt2}: expected {_GPT2_SMALL_PARAMETERS:,}, got {got}")
     return f"{len(variants)} configurations and GPT-2 small ({_GPT2_SMALL_PARAMETERS:,})"
-
-
-def _ch07_leak_reference(model_fn: Callable, input_ids: torch.Tensor, vocab_size: int,
-                         atol: float) -> torch.Tensor:
-    base = model_fn(input_ids)
-    T = input_ids.shape[1]
-    changed = torch.zeros(T, T, dtype=torch.bool)
-    for t in range(T):
-        ids = input_ids.clone()
-        ids[0, t] = (ids[0, t] + 1) % vocab_size
-        diff = (model_fn(ids) - base).abs().amax(dim=-1)[0]  # (T,)
-        changed[t] = diff > atol
-    return changed
-
-
-@exercise_check
-def check_causal_leak_test(causal_leak_test: Callable) -> str:
-    """``causal_leak_test(model_fn, input_ids, vocab_size, atol=1e-6)`` -> bool ``(T, T)`` with
-    ``[t, s]`` True when changing token t changes the logits at position s. Run on a causal model,
-    a bidirectional one, and a model that leaks one future token into one position."""
-    from ..config import TransformerConfig
-    from ..model import Transformer
-
-    torch.manual_seed(7)
-    cfg = dict(vocab_size=16, d_model=32, num_heads=4, num_layers=2, max_seq_len=16)
-    causal = Transformer(TransformerConfig(**cfg)).eval()
-    bidirectional = Transformer(TransformerConfig(**cfg, causal=False)).eval()
-
-    def run(model):
-        return lambda ids: model(ids)[0].detach()
-
-    def one_leak(ids):  # position 2 sees token 5: a bug hiding in the middle of the sequence
-        logits = run(causal)(ids).clone()
-        logits[:, 2] += 0.1 * ids[:, 5:6].to(logits.dtype)
-        return logits
-
-    models = {"a causal model": run(causal), "a bidirectional model": run(bidirectional),
-              "a model where position 2 sees token 5": one_leak}
-    for seed, T in ((0, 8), (1, 1), (2, 12)):
-        ids = torch.randint(0, 16, (1, T), generator=_ch07_rng(20 + seed))
-        for name, fn in models.items():
-            if T < 6 and name.startswith("a model where"):
-                continue
-            expected = _ch07_leak_reference(fn, ids, 16, 1e-6)
-            before = ids.clone()
-            got = causal_leak_test(fn, ids, 16, atol=1e-6)
-            if not torch.equal(ids, before):
-                raise CheckFailed("your function changed the caller's input_ids: clone before editing")
-            check_shape(got, (T, T), what=f"result for {name}, T={T}")
-            got = torch.as_tensor(np.asarray(got) if not isinstance(got, torch.Tensor) else got)
-            if got.dtype != torch.bool:
-                raise CheckFailed(f"result for {name}: expected a boolean tensor, got dtype {got.dtype}")
-            if not torch.equal(got, expected):
-                t, s = (int(i) for i in (got != expected).nonzero()[0])
-                raise CheckFailed(f"{name}, T={T}: entry [t={t}, s={s}] (does changing token {t} "
-                                  f"change the logits at position {s}?) should be "
-                                  f"{bool(expected[t, s])}, got {bool(got[t, s])}")
-    return "causal, bidirectional and single-leak models classified correctly"
 
 
 def _ffn_count(d_model: int, d_ff: int, activation: str) -> int:
@@ -267,3 +190,49 @@ def check_swiglu_ablation_prediction(lower_error) -> str:
         raise CheckFailed("same: the parameter counts match, but the functions they compute do not; "
                           "the gate's product of two projections is not something a GELU unit can form")
     return "the gated unit stores more associations per parameter (measured after the check over 3 seeds)"
+
+
+@exercise_check
+def check_parallel_block(parallel_block: Callable) -> str:
+    """``parallel_block(x, attn, ff, norm)``: the GPT-J / PaLM block, ``x + attn(norm(x)) +
+    ff(norm(x))`` with one shared norm; the modules of a random package block."""
+    from .ch06 import _ch06_block
+
+    cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 6, 16), 4), ("layernorm", (3, 1, 8), 1)]
+    for seed, (norm, shape, heads) in enumerate(cases):
+        block = _ch06_block("pre", norm, 40 + seed, d_model=shape[-1], num_heads=heads)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(740 + seed))
+        with torch.no_grad():
+            n = block.norm1(x)
+            expected = x + block.attn(n) + block.ff(n)
+            got = parallel_block(x.clone(), block.attn, block.ff, block.norm1)
+            what = f"parallel_block(x of shape {shape}, {norm}, {heads} heads)"
+            check_shape(got, shape, what=what)
+            got = _as_tensor(got)
+            h = x + block.attn(n)
+            if torch.allclose(got, h + block.ff(block.norm1(h)), atol=1e-5, rtol=1e-4):
+                raise CheckFailed(f"{what}: that is the sequential pre-LN block; in the parallel block "
+                                  "the feed-forward network reads norm(x), not the stream after attention")
+        assert_same(got, expected, what=f"{what} (expected x + attn(norm(x)) + ff(norm(x)))", atol=1e-5, rtol=1e-4)
+    return f"{len(cases)} parallel blocks: both sublayers read the same normalized input"
+
+
+@exercise_check(may_return_none=True)
+def check_leak_reach_prediction(leak_reach) -> str:
+    """``leak_reach``: with the mask ``tril(1)`` (each query also sees the next key), how many
+    positions back a change of one token can reach after one attention layer and after three."""
+    from .ch01 import answer_given
+
+    answer = answer_given(leak_reach, "leak_reach", 'a dict {"one_layer": int, "three_layers": int}')
+    if not isinstance(answer, dict) or set(answer) != {"one_layer", "three_layers"}:
+        raise CheckFailed('leak_reach needs exactly the keys ["one_layer", "three_layers"]')
+    for key in ("one_layer", "three_layers"):
+        if isinstance(answer[key], bool) or not isinstance(answer[key], int):
+            raise CheckFailed(f"leak_reach[{key!r}] should be an int, got {answer[key]!r}")
+    if answer["one_layer"] != 1:
+        raise CheckFailed("one_layer: query s reads keys up to s + 1, so a change at position t reaches "
+                          "the outputs at t and t - 1: one position back")
+    if answer["three_layers"] != 3:
+        raise CheckFailed("three_layers: each layer's output at s already holds information from s + 1, and "
+                          "the next layer reads it one position further back: the leaks add up")
+    return "one position per layer: a leak compounds with depth"
