@@ -5,7 +5,6 @@ import torch
 from book_solutions import book_solution
 from check_tables import wrong_answer_tests
 
-residual_gradient_norms = book_solution("ch05-ex4", "residual_gradient_norms")
 batch_norm_backward = book_solution("ch05-ex2", "batch_norm_backward")
 group_norm = book_solution("ch05-ex3", "group_norm")
 
@@ -23,33 +22,6 @@ def layer_norm_eps_outside(x, weight, bias, eps=1e-5):
 
 def layer_norm_detached(x, weight, bias, eps=1e-5):
     return torch.nn.functional.layer_norm(x.detach(), x.shape[-1:], weight.detach(), bias.detach(), eps)
-
-
-def grad_norms_no_residual(blocks, x, residual=True):
-    return residual_gradient_norms(blocks, x, residual=False)
-
-
-def grad_norms_reversed(blocks, x, residual=True):
-    return residual_gradient_norms(blocks, x, residual).flip(0)
-
-
-def grad_norms_sum_of_norms(blocks, x, residual=True):
-    h = x
-    for block in blocks:
-        h = h + block(h) if residual else block(h)
-    h.mean().backward()
-    out = torch.stack([sum(p.grad.norm() for p in b.parameters()) for b in blocks])
-    for b in blocks:
-        b.zero_grad()
-    return out
-
-
-def grad_norms_accumulating(blocks, x, residual=True):
-    h = x
-    for block in blocks:
-        h = h + block(h) if residual else block(h)
-    h.mean().backward()  # never zeroes .grad: the second call sees twice the gradient
-    return torch.stack([torch.sqrt(sum(p.grad.pow(2).sum() for p in b.parameters())) for b in blocks])
 
 
 def _dropout_cov(W, x, p):
@@ -101,10 +73,10 @@ WRONG = [
     ("check_group_norm", lambda x, G, w, b, eps=1e-5: group_norm(x, G, w, b, eps) if x.shape[1] % G == 0
      else torch.zeros_like(x), "should raise ValueError"),
     ("check_group_norm", lambda x, G, w, b, eps=1e-5: group_norm(x, G, torch.ones_like(w), b, eps), "elements differ"),
-    ("check_residual_gradient_norms", grad_norms_no_residual, "residual=True"),
-    ("check_residual_gradient_norms", grad_norms_reversed, "block"),
-    ("check_residual_gradient_norms", grad_norms_sum_of_norms, "sqrt of the summed"),
-    ("check_residual_gradient_norms", grad_norms_accumulating, "second time"),
+    ("check_branch_scale", lambda L: 1.0, "grows with depth"),
+    ("check_branch_scale", lambda L: 1.0 / L, "a fading branch scale"),
+    ("check_branch_scale", lambda L: 0.0, "the blocks add almost nothing"),
+    ("check_branch_scale", lambda L: "1/sqrt(L)", "should return a number"),
     ("check_dropout_covariance", _dropout_cov_diagonal_only, "measured covariance"),
     ("check_dropout_covariance", _dropout_cov_unscaled, "measured covariance"),
     ("check_norm_ablation_prediction", {"with_norm": "constant", "without_norm": "exponential"}, "sqrt\\(L\\)"),

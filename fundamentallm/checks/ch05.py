@@ -70,58 +70,6 @@ def check_layer_norm(layer_norm: Callable) -> str:
     return "outputs and gradients equal to F.layer_norm (float32/64, large eps, constant rows)"
 
 
-def _ch05_blocks(num_layers: int, width: int, norm: bool, seed: int) -> torch.nn.ModuleList:
-    from torch import nn
-    torch.manual_seed(540 + seed)
-    return nn.ModuleList(
-        nn.Sequential(*([nn.LayerNorm(width)] if norm else []), nn.Linear(width, 2 * width),
-                      nn.Tanh(), nn.Linear(2 * width, width))
-        for _ in range(num_layers))
-
-
-def _ch05_reference_grad_norms(blocks, x: torch.Tensor, residual: bool) -> torch.Tensor:
-    h = x
-    for block in blocks:
-        h = h + block(h) if residual else block(h)
-    params = [list(b.parameters()) for b in blocks]
-    grads = torch.autograd.grad(h.mean(), [p for ps in params for p in ps])
-    out, i = [], 0
-    for ps in params:
-        out.append(torch.sqrt(sum(gr.pow(2).sum() for gr in grads[i:i + len(ps)])))
-        i += len(ps)
-    return torch.stack(out).detach()
-
-
-@exercise_check
-def check_residual_gradient_norms(residual_gradient_norms: Callable) -> str:
-    """``residual_gradient_norms(blocks, x, residual)``: run ``h = h + block(h)`` (or
-    ``h = block(h)``) through the blocks, backpropagate ``h.mean()``, and return, per block, the
-    L2 norm of all its parameters' gradients together, as a 1-D tensor."""
-    cases = [(6, 8, False, True), (6, 8, False, False), (4, 6, True, True), (5, 6, True, False),
-             (1, 4, False, True)]
-    for seed, (L, C, norm, residual) in enumerate(cases):
-        blocks = _ch05_blocks(L, C, norm, seed)
-        x = torch.randn(5, C, generator=_ch05_rng(40 + seed))
-        what = (f"residual_gradient_norms({L} blocks of width {C}"
-                f"{' with LayerNorm' if norm else ''}, residual={residual})")
-        expected = _ch05_reference_grad_norms(blocks, x, residual)
-        got = residual_gradient_norms(blocks, x.clone(), residual)
-        if isinstance(got, (list, tuple)):
-            got = torch.tensor([float(v) for v in got])
-        check_shape(got, (L,), what=what)
-        assert_same(_as_tensor(got).float(), expected, what=f"{what} (entry l: sqrt of the summed "
-                    f"squared gradients of every parameter of block l, loss = output.mean())",
-                    rtol=1e-4, atol=1e-7)
-        again = residual_gradient_norms(blocks, x.clone(), residual)
-        if isinstance(again, (list, tuple)):
-            again = torch.tensor([float(v) for v in again])
-        assert_same(_as_tensor(again).float(), expected, what=f"{what}, called a second time on the "
-                    f"same blocks (gradients must not accumulate: zero them, or use "
-                    f"torch.autograd.grad)", rtol=1e-4, atol=1e-7)
-    return f"{len(cases)} stacks with and without residuals and norms"
-
-
-
 @exercise_check
 def check_dropout_covariance(dropout_covariance: Callable) -> str:
     """``dropout_covariance(W, x, p)`` -> the ``(m, m)`` covariance of ``y = W (z * x) / (1 - p)``
@@ -230,3 +178,40 @@ def check_group_norm(group_norm: Callable) -> str:
     _expect_value_error(lambda: group_norm(torch.zeros(2, 6), 4, torch.ones(6), torch.zeros(6), 1e-5),
                         "group_norm with C=6, num_groups=4", "num_groups")
     return f"{len(cases)} cases equal F.group_norm, from LayerNorm-like (1 group) to one channel per group"
+
+
+def _ch05_stream_std(num_layers: int, scale: float, d: int = 64, seed: int = 0) -> float:
+    """Std of the stream after ``num_layers`` pre-LN ReLU MLP blocks (He initialization), each
+    branch multiplied by ``scale``: h <- h + scale * W2 relu(W1 LN(h))."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(256, d, generator=g)
+    for _ in range(num_layers):
+        W1 = torch.randn(4 * d, d, generator=g) * (2 / d) ** 0.5
+        W2 = torch.randn(d, 4 * d, generator=g) * (1 / (4 * d)) ** 0.5
+        h = h + scale * torch.relu(torch.nn.functional.layer_norm(h, (d,)) @ W1.T) @ W2.T
+    return h.std().item()
+
+
+@exercise_check
+def check_branch_scale(branch_scale: Callable) -> str:
+    """``branch_scale(num_layers)`` -> the factor for every residual branch of a pre-LN stack of
+    ``num_layers`` blocks such that the stream's final std neither grows nor fades with depth (the
+    blocks still contribute); measured on random ReLU MLP stacks of 2 to 128 blocks."""
+    depths = (2, 8, 32, 128)
+    scales = [branch_scale(L) for L in depths]
+    for L, s in zip(depths, scales):
+        if isinstance(s, bool) or not isinstance(s, (int, float, torch.Tensor)):
+            raise CheckFailed(f"branch_scale({L}) should return a number, got {s!r}")
+    scales = [float(s) for s in scales]
+    stds = [_ch05_stream_std(L, s, seed=i) for i, (L, s) in enumerate(zip(depths, scales))]
+    table = ", ".join(f"L={L}: {v:.2f}" for L, v in zip(depths, stds))
+    if min(stds) < 1.15:
+        raise CheckFailed(f"the stream's final std ({table}) stays near the input's 1 at some depth: "
+                          "the blocks add almost nothing there; a fading branch scale switches the "
+                          "network off as it deepens")
+    if max(stds) / min(stds) > 1.5:
+        trend = "grows" if stds[-1] > stds[0] else "fades"
+        raise CheckFailed(f"the stream's final std {trend} with depth ({table}); each block adds a "
+                          "roughly independent contribution of variance scale^2 * c, so the total "
+                          "added variance is L * scale^2 * c")
+    return f"final std {table}: independent of depth"
