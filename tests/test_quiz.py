@@ -58,3 +58,5 @@ def test_chapter_has_one_quiz_with_explained_options(path):
         assert len(right) == 1, f"{where}: {len(right)} right options {right}; exactly one must be right"
         for o in options:
             assert len(o["why"].split()) >= 5, f"{where} ({o['letter']}): explain why, not only right/wrong"
+            # the summary is raw HTML: MyST does not parse it, so $...$ would show as raw TeX in the book
+            assert "$" not in o["text"], f"{where} ({o['letter']}): no math in an option's summary; write it in text"
