@@ -283,6 +283,8 @@ def _defined_names(source: str) -> set[str]:
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return names
 
 
@@ -302,6 +304,12 @@ def _exercises(path: Path) -> list[dict]:
         assert re.fullmatch(rf"ch{chapter}-ex\d+", label), \
             f"{where}: label {label!r} must look like ch{chapter}-exK"
         block = cells[i + 1:]
+        if block and block[0].cell_type == "code" and "answer" in _tags(block[0]):
+            # the exercise contract (book/CONTRIBUTING.md): the stub the student edits
+            meta = block[0].metadata.get("exercise", {})
+            assert meta.get("difficulty") in (1, 2, 3) and isinstance(meta.get("minutes"), int), \
+                f"{where}: the answer cell of {label} needs metadata exercise: {{difficulty: 1-3, minutes: N}}"
+            block = block[1:]
         assert len(block) >= 4, f"{where}: {label} is not followed by solution-start, code, end, check"
         start = block[0]
         assert start.cell_type == "markdown" and re.match(
@@ -315,6 +323,9 @@ def _exercises(path: Path) -> list[dict]:
             solution_cells.append(block[j])
             j += 1
         assert solution_cells, f"{where}: {label} needs a code cell tagged 'solution' after solution-start"
+        while j < len(block) and block[j].cell_type == "markdown" and not re.match(r"^`{3,}\{solution-end\}",
+                                                                                    block[j].source):
+            j += 1  # the solution's explanation of the idea
         assert j < len(block) and block[j].cell_type == "markdown" and \
             re.match(r"^`{3,}\{solution-end\}", block[j].source), \
             f"{where}: the solution cells of {label} must be followed by '````{{solution-end}}'"
@@ -335,8 +346,9 @@ def test_exercises_are_gated_and_checked(path):
         for source in ex["solutions"]:
             tree = ast.parse(source)
             for node in tree.body:
-                assert isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef)), (
-                    f"{where}: a solution cell holds only imports and top-level functions "
+                assert isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign)), (
+                    f"{where}: a solution cell holds only imports, top-level functions and "
+                    f"answer values (a prediction) "
                     f"(found {type(node).__name__} at line {node.lineno})")
                 if isinstance(node, ast.FunctionDef):
                     assert ast.get_docstring(node), f"{where}: {node.name} needs a docstring"

@@ -1,45 +1,12 @@
-"""The chapter 5 exercise checks: they pass a correct answer and fail, with CheckFailed, a stub
-and plausible wrong answers."""
+"""Chapter 5 checks: each wrong answer gets the message that says what is wrong (correct answers
+and stubs: tests/test_course.py)."""
 
-from __future__ import annotations
-
-import pytest
 import torch
 from book_solutions import book_solution
+from check_tables import wrong_answer_tests
 
-from fundamentallm import checks
-from fundamentallm.checks import CheckFailed
-
-# --- correct answers -----------------------------------------------------------------------------
-
-
-layer_norm = book_solution("ch05-ex1", "layer_norm")
-
-
-rms_norm = book_solution("ch05-ex2", "rms_norm")
-
-
-inverted_dropout = book_solution("ch05-ex3", "inverted_dropout")
-
-
-residual_gradient_norms = book_solution("ch05-ex4", "residual_gradient_norms")
-
-
-def residual_gradient_norms_backward(blocks, x, residual=True):
-    """Also correct: .backward() after zeroing the gradients."""
-    for b in blocks:
-        b.zero_grad()
-    h = x
-    for block in blocks:
-        h = h + block(h) if residual else block(h)
-    h.mean().backward()
-    return torch.stack([torch.sqrt(sum(p.grad.pow(2).sum() for p in b.parameters())) for b in blocks])
-
-
-# --- wrong answers -------------------------------------------------------------------------------
-
-def stub(*args, **kwargs):
-    raise NotImplementedError
+batch_norm_backward = book_solution("ch05-ex2", "batch_norm_backward")
+group_norm = book_solution("ch05-ex3", "group_norm")
 
 
 def layer_norm_unbiased(x, weight, bias, eps=1e-5):
@@ -57,133 +24,6 @@ def layer_norm_detached(x, weight, bias, eps=1e-5):
     return torch.nn.functional.layer_norm(x.detach(), x.shape[-1:], weight.detach(), bias.detach(), eps)
 
 
-def rms_norm_centred(x, weight, eps=1e-6):
-    x = x - x.mean(dim=-1, keepdim=True)  # that is LayerNorm without bias, not RMSNorm
-    return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
-
-
-def rms_norm_eps_outside(x, weight, eps=1e-6):
-    return x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * weight
-
-
-def dropout_unscaled(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    return x * (torch.rand(x.shape, generator=generator) >= p)
-
-
-def dropout_keep_p(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    if p == 0.0:
-        return x.clone()
-    return x * (torch.rand(x.shape, generator=generator) < p) / p  # keeps with probability p
-
-
-def dropout_global_rng(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    return x * (torch.rand(x.shape) >= p) / (1 - p)
-
-
-def dropout_per_column(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    return x * (torch.rand(x.shape[-1], generator=generator) >= p) / (1 - p)
-
-
-def dropout_no_validation(x, p, generator=None):
-    if p == 0.0:
-        return x.clone()
-    return x * (torch.rand(x.shape, generator=generator) >= p) / (1 - p)
-
-
-def dropout_in_place(x, p, generator=None):
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"p={p} must be in [0, 1)")
-    return x.mul_((torch.rand(x.shape, generator=generator) >= p) / (1 - p))
-
-
-def grad_norms_no_residual(blocks, x, residual=True):
-    return residual_gradient_norms(blocks, x, residual=False)
-
-
-def grad_norms_reversed(blocks, x, residual=True):
-    return residual_gradient_norms(blocks, x, residual).flip(0)
-
-
-def grad_norms_sum_of_norms(blocks, x, residual=True):
-    h = x
-    for block in blocks:
-        h = h + block(h) if residual else block(h)
-    h.mean().backward()
-    out = torch.stack([sum(p.grad.norm() for p in b.parameters()) for b in blocks])
-    for b in blocks:
-        b.zero_grad()
-    return out
-
-
-def grad_norms_accumulating(blocks, x, residual=True):
-    h = x
-    for block in blocks:
-        h = h + block(h) if residual else block(h)
-    h.mean().backward()  # never zeroes .grad: the second call sees twice the gradient
-    return torch.stack([torch.sqrt(sum(p.grad.pow(2).sum() for p in b.parameters())) for b in blocks])
-
-
-# --- tests ---------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("check", "fn"), [
-    (checks.check_layer_norm, layer_norm),
-    (checks.check_rms_norm, rms_norm),
-    (checks.check_inverted_dropout, inverted_dropout),
-    (checks.check_residual_gradient_norms, residual_gradient_norms),
-    (checks.check_residual_gradient_norms, residual_gradient_norms_backward),
-])
-def test_check_passes_on_a_correct_answer(check, fn, capsys):
-    assert check(fn) is True
-    assert "passed" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("check", [checks.check_layer_norm, checks.check_rms_norm,
-                                   checks.check_inverted_dropout,
-                                   checks.check_residual_gradient_norms])
-def test_check_fails_on_a_stub(check):
-    with pytest.raises(CheckFailed, match="NotImplementedError"):
-        check(stub)
-
-
-@pytest.mark.parametrize(("check", "fn", "message"), [
-    (checks.check_layer_norm, layer_norm_unbiased, "biased variance"),
-    (checks.check_layer_norm, layer_norm_eps_outside, "large eps"),
-    (checks.check_layer_norm, layer_norm_detached, "not differentiable"),
-    (checks.check_rms_norm, rms_norm_centred, "no mean subtraction"),
-    (checks.check_rms_norm, rms_norm_eps_outside, "large eps"),
-    (checks.check_inverted_dropout, dropout_unscaled, "1/\\(1-p\\)"),
-    (checks.check_inverted_dropout, dropout_keep_p, "expected about p"),
-    (checks.check_inverted_dropout, dropout_global_rng, "generator"),
-    (checks.check_inverted_dropout, dropout_per_column, "independent decision per element"),
-    (checks.check_inverted_dropout, dropout_no_validation, "ValueError"),
-    (checks.check_inverted_dropout, dropout_in_place, "in place"),
-    (checks.check_residual_gradient_norms, grad_norms_no_residual, "residual=True"),
-    (checks.check_residual_gradient_norms, grad_norms_reversed, "block"),
-    (checks.check_residual_gradient_norms, grad_norms_sum_of_norms, "sqrt of the summed"),
-    (checks.check_residual_gradient_norms, grad_norms_accumulating, "second time"),
-])
-def test_check_fails_on_a_wrong_answer(check, fn, message):
-    with pytest.raises(CheckFailed, match=message):
-        check(fn)
-
-
-def test_checks_are_registered():
-    for name in ("check_layer_norm", "check_rms_norm", "check_inverted_dropout",
-                 "check_residual_gradient_norms"):
-        assert name in checks.CHECKS
-
-
-
-# --- the covariance of dropout's outputs ----------------------------------------------------------
-
 def _dropout_cov(W, x, p):
     return p / (1 - p) * W @ torch.diag(x ** 2) @ W.T
 
@@ -196,11 +36,53 @@ def _dropout_cov_unscaled(W, x, p):
     return p * (1 - p) * W @ torch.diag(x ** 2) @ W.T
 
 
-def test_check_dropout_covariance(capsys):
-    assert checks.check_dropout_covariance(_dropout_cov) is True
-    assert "passed" in capsys.readouterr().out
-    for wrong in (_dropout_cov_diagonal_only, _dropout_cov_unscaled):
-        with pytest.raises(CheckFailed, match="measured covariance"):
-            checks.check_dropout_covariance(wrong)
-    with pytest.raises(CheckFailed, match="NotImplementedError"):
-        checks.check_dropout_covariance(lambda *a, **k: (_ for _ in ()).throw(NotImplementedError))
+def bn_backward_constant_statistics(x, gamma, dy, eps=1e-5):
+    _, dgamma, dbeta = batch_norm_backward(x, gamma, dy, eps)
+    return dy * gamma / torch.sqrt(x.var(dim=0, unbiased=False) + eps), dgamma, dbeta
+
+
+def bn_backward_no_inv_std(x, gamma, dy, eps=1e-5):
+    dx, dgamma, dbeta = batch_norm_backward(x, gamma, dy, eps)
+    return dx * torch.sqrt(x.var(dim=0, unbiased=False) + eps), dgamma, dbeta  # forgot the 1/sigma
+
+
+def bn_backward_autograd(x, gamma, dy, eps=1e-5):
+    x = x.clone().requires_grad_(True)
+    y = torch.nn.functional.batch_norm(x, None, None, gamma, None, training=True, eps=eps)
+    (y * dy).sum().backward()
+    return x.grad, *batch_norm_backward(x.detach(), gamma, dy, eps)[1:]
+
+
+WRONG = [
+    ("check_layer_norm", layer_norm_unbiased, "biased variance"),
+    ("check_layer_norm", layer_norm_eps_outside, "large eps"),
+    ("check_layer_norm", layer_norm_detached, "not differentiable"),
+    ("check_batch_norm_backward", bn_backward_constant_statistics, "treats the batch mean and variance as constants"),
+    ("check_batch_norm_backward", lambda x, g, dy, eps=1e-5: batch_norm_backward(x, g, dy, eps)[:2],
+     r"return the tuple \(dx, dgamma, dbeta\)"),
+    ("check_batch_norm_backward",  # dgamma from the un-normalized x
+     lambda x, g, dy, eps=1e-5: (batch_norm_backward(x, g, dy, eps)[0], (dy * x).sum(0), dy.sum(0)), "dgamma"),
+    ("check_batch_norm_backward", bn_backward_no_inv_std, "dx: .* elements differ"),
+    ("check_batch_norm_backward", bn_backward_autograd, "not to use torch.Tensor.backward"),
+    ("check_group_norm", lambda x, G, w, b, eps=1e-5: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps),
+     "that is LayerNorm over all C channels"),
+    ("check_group_norm", lambda x, G, w, b, eps=1e-5: (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + eps) * w + b,
+     "normalizes over the batch"),
+    ("check_group_norm", lambda x, G, w, b, eps=1e-5: torch.nn.functional.group_norm(x, G, w, b, eps),
+     "not to use torch(.nn.functional)?.group_norm"),
+    ("check_group_norm", lambda x, G, w, b, eps=1e-5: group_norm(x, G, w, b, eps) if x.shape[1] % G == 0
+     else torch.zeros_like(x), "should raise ValueError"),
+    ("check_group_norm", lambda x, G, w, b, eps=1e-5: group_norm(x, G, torch.ones_like(w), b, eps), "elements differ"),
+    ("check_branch_scale", lambda L: 1.0, "grows with depth"),
+    ("check_branch_scale", lambda L: 1.0 / L, "a fading branch scale"),
+    ("check_branch_scale", lambda L: 0.0, "the blocks add almost nothing"),
+    ("check_branch_scale", lambda L: "1/sqrt(L)", "should return a number"),
+    ("check_dropout_covariance", _dropout_cov_diagonal_only, "measured covariance"),
+    ("check_dropout_covariance", _dropout_cov_unscaled, "measured covariance"),
+    ("check_norm_ablation_prediction", {"with_norm": "constant", "without_norm": "exponential"}, "sqrt\\(L\\)"),
+    ("check_norm_ablation_prediction", {"with_norm": "sqrt", "without_norm": "linear"}, "compounds"),
+    ("check_norm_ablation_prediction", {"with_norm": "sqrt"}, "needs exactly the keys"),
+    ("check_norm_ablation_prediction", {"with_norm": "sqrt", "without_norm": "fast"}, "choose one of"),
+]
+
+test_wrong_answer_gets_its_message = wrong_answer_tests(WRONG)

@@ -48,26 +48,6 @@ def check_rnn_step(rnn_step: Callable) -> str:
     return f"matches torch.nn.RNN on {len(cases)} cases"
 
 
-@exercise_check
-def check_unroll_rnn(unroll_rnn: Callable) -> str:
-    """``unroll_rnn(xs, h0, W_x, W_h, b)`` -> all hidden states ``h_1..h_T``, shape (B, T, d_h)."""
-    cases = [(2, 7, 3, 4, 0), (1, 1, 2, 2, 1), (3, 12, 5, 3, 2)]  # (B, T, d_in, d_h, seed)
-    for B, T, d_in, d_h, seed in cases:
-        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
-        g = torch.Generator().manual_seed(200 + seed)
-        xs = torch.randn(B, T, d_in, generator=g, dtype=torch.float64)  # (B, T, d_in)
-        h0 = torch.randn(B, d_h, generator=g, dtype=torch.float64)  # (B, d_h)
-        with torch.no_grad():
-            hs_ref, _ = _reference_rnn(W_x, W_h, b)(xs, h0[None])  # (B, T, d_h)
-        hs = unroll_rnn(xs.clone(), h0.clone(), W_x.clone(), W_h.clone(), b.clone())
-        what = f"hidden states for B={B}, T={T}, d_in={d_in}, d_h={d_h}"
-        check_shape(hs, (B, T, d_h), what=what + " (return h_1..h_T stacked on dim 1)")
-        if T > 1 and torch.allclose(torch.as_tensor(hs)[:, 0].double(), h0):
-            raise CheckFailed(f"{what}: hs[:, 0] equals h0 -- return h_1..h_T, not h_0..h_(T-1)")
-        assert_same(hs, hs_ref, what=what + " (vs torch.nn.RNN)")
-    return f"matches torch.nn.RNN on {len(cases)} sequences"
-
-
 def _spectral_radius_np(W: torch.Tensor) -> float:
     return float(np.abs(np.linalg.eigvals(W.detach().double().numpy())).max())
 
@@ -174,3 +154,63 @@ def check_bptt_norm_bound(bptt_norm_bound: Callable) -> str:
                               f"{float(true_norm):.6g} -- not an upper bound")
         assert_same(got, expected, what=what, rtol=1e-6, atol=1e-12)
     return f"matches the reference on {len(cases)} sequences and bounds the autograd norm"
+
+
+# --- predictions: a value stub (None) is "not attempted yet" ----------------------------------
+
+def answer_given(value, name: str, expected: str):
+    """Raise NotImplementedError (the check reports "not attempted yet") while ``value`` is still
+    the stub's ``None``; else return it. ``expected`` says what kind of answer is wanted."""
+    if value is None:
+        raise NotImplementedError(f"{name} is still None: replace it with {expected}")
+    return value
+
+
+def choice_answers(answer, name: str, allowed: dict[str, tuple]) -> dict:
+    """Validate a dict of predictions ``{key: one of allowed[key]}``; clear messages for a missing
+    key, an extra key or a value outside the allowed ones."""
+    answer = answer_given(answer, name, f"a dict with the keys {sorted(allowed)}")
+    if not isinstance(answer, dict):
+        raise CheckFailed(f"{name} should be a dict with the keys {sorted(allowed)}, got {type(answer).__name__}")
+    missing, extra = sorted(set(allowed) - set(answer)), sorted(set(answer) - set(allowed))
+    if missing or extra:
+        raise CheckFailed(f"{name} needs exactly the keys {sorted(allowed)}"
+                          + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
+    for key, options in allowed.items():
+        if answer[key] not in options or isinstance(answer[key], bool) != isinstance(options[0], bool):
+            raise CheckFailed(f"{name}[{key!r}] = {answer[key]!r}; choose one of {list(options)}")
+    return answer
+
+
+@exercise_check(may_return_none=True)
+def check_orthogonal_rnn_prediction(predicted_norm) -> str:
+    """``predicted_norm``: ``||dh_40/dh_0||_2`` of a linear RNN with ``W_h = 0.5 Q``, ``Q`` an 8x8
+    orthogonal matrix. The answer, ``0.5**40``, is checked within 1%, and compared with autograd on a
+    seeded random orthogonal ``Q``."""
+    value = answer_given(predicted_norm, "predicted_norm", "a number")
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"predicted_norm should be a number, got {predicted_norm!r}") from None
+    Q, _ = torch.linalg.qr(torch.randn(8, 8, generator=torch.Generator().manual_seed(41), dtype=torch.float64))
+    W_h = 0.5 * Q
+
+    def forty_steps(h):
+        for _ in range(40):
+            h = W_h @ h  # the input term does not depend on h_0
+        return h
+
+    J = torch.autograd.functional.jacobian(forty_steps, torch.zeros(8, dtype=torch.float64))
+    true = float(torch.linalg.matrix_norm(J, ord=2))
+    if abs(value - true) <= 0.01 * true:
+        return f"||W_h^40||_2 = 0.5^40 = {true:.3g}: Q keeps every length, so only the factor 0.5 compounds"
+    if abs(value - 0.5) < 1e-3:
+        raise CheckFailed("0.5 is the norm of one step; the Jacobian over 40 steps is W_h^40 (eq. ch01-power)")
+    if abs(value - true * 8 ** 0.5) <= 0.01 * true * 8 ** 0.5:
+        raise CheckFailed("that is the Frobenius norm of W_h^40; the question asks for the spectral "
+                          "norm (largest singular value)")
+    if value == 0.0:
+        raise CheckFailed("it does not vanish exactly: W_h^40 = 0.5^40 Q^40 is a nonzero matrix; how "
+                          "large is it?")
+    raise CheckFailed(f"{value:.3g} is not within 1% of the right value. Hint: an orthogonal Q "
+                      "keeps every length, so Q^40 has every singular value equal to 1")

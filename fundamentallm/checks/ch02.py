@@ -42,23 +42,6 @@ def _qkv(shape_q: tuple, shape_k: tuple, d_v: int, seed: int):
     return q, k, v
 
 
-@exercise_check
-def check_scaled_scores(scaled_scores: Callable) -> str:
-    """``scaled_scores(q, k)`` -> ``q kᵀ / √d_k``: (..., T_q, D), (..., T_k, D) -> (..., T_q, T_k)."""
-    worked = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    cases = [("the worked example Q = K", worked, worked.clone())]
-    for i, (sq, sk) in enumerate([((4, 8), (4, 8)), ((3, 16), (5, 16)), ((2, 3, 6, 4), (2, 3, 7, 4))]):
-        q, k, _ = _qkv(sq, sk, 1, 600 + i)
-        cases.append((f"q of shape {sq} and k of shape {sk}", q, k))
-    for name, q, k in cases:
-        # independent reference: an explicit sum over the shared dimension
-        expected = (q[..., :, None, :] * k[..., None, :, :]).sum(-1) / q.shape[-1] ** 0.5
-        got = scaled_scores(q.clone(), k.clone())
-        check_shape(got, tuple(expected.shape), what=f"scores for {name}")
-        assert_same(got, expected, what=f"scaled scores for {name} (divide by sqrt(d_k))")
-    return f"correct on {len(cases)} inputs, including batched ones with T_q != T_k"
-
-
 @exercise_check(forbidden=("fundamentallm.attention.causal_mask",))
 def check_make_causal_mask(make_causal_mask: Callable) -> str:
     """``make_causal_mask(T)`` -> boolean (T, T), True where key j <= query i."""
@@ -147,3 +130,51 @@ def check_score_scale(score_scale: Callable) -> str:
                               "on 20,000 samples, not 1")
         assert_same(torch.tensor(got), torch.tensor(expected), what=what, rtol=1e-6, atol=0.0)
     return f"unit-variance scores on {len(cases)} settings"
+
+
+@exercise_check
+def check_prefix_lm_mask(prefix_lm_mask: Callable) -> str:
+    """``prefix_lm_mask(T, prefix_len)``: the boolean ``(T, T)`` mask of a prefix language model,
+    ``True`` where query ``i`` may read key ``j``: every key of the prefix (``j < prefix_len``),
+    and causally after it (``j <= i``)."""
+    g = torch.Generator().manual_seed(20)
+    cases = [(5, 0), (5, 5), (6, 2), (1, 1)] + [
+        (int(T), int(torch.randint(1, int(T), (1,), generator=g)))
+        for T in torch.randint(3, 12, (3,), generator=g)]
+    for T, prefix_len in cases:
+        got = prefix_lm_mask(T, prefix_len)
+        what = f"prefix_lm_mask({T}, {prefix_len})"
+        check_shape(got, (T, T), what=what)
+        if not (isinstance(got, torch.Tensor) and got.dtype == torch.bool):
+            raise CheckFailed(f"{what}: return a torch.bool tensor (True = may look), got "
+                              f"{getattr(got, 'dtype', type(got).__name__)}")
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        expected = (j <= i) | (j < prefix_len)
+        bad = (got != expected).nonzero()
+        if len(bad):
+            qi, kj = (int(v) for v in bad[0])
+            where = "inside the prefix" if kj < prefix_len else "after the prefix"
+            rule = ("every query reads the whole prefix, in both directions" if kj < prefix_len
+                    else "a key after the prefix is read only by queries at or after it (j <= i)")
+            raise CheckFailed(f"{what}: entry (query {qi}, key {kj}), a key {where}, should be "
+                              f"{bool(expected[qi, kj])}: {rule}")
+    return f"{len(cases)} masks, from fully causal (prefix 0) to fully bidirectional (prefix T)"
+
+
+@exercise_check(may_return_none=True)
+def check_permutation_prediction(permutation_prediction) -> str:
+    """``permutation_prediction``: what happens to the output of unmasked attention when the rows of
+    K and V are permuted together, and when the rows of Q are permuted."""
+    from .ch01 import choice_answers
+
+    options = ("unchanged", "permuted", "changed")
+    answer = choice_answers(permutation_prediction, "permutation_prediction",
+                            {"keys_and_values": options, "queries": options})
+    if answer["keys_and_values"] != "unchanged":
+        raise CheckFailed("keys_and_values: each output row is a sum over the keys, "
+                          "sum_j a_ij v_j; reordering the (k_j, v_j) pairs together reorders the "
+                          "terms of that sum, not its value")
+    if answer["queries"] != "permuted":
+        raise CheckFailed("queries: output row i depends only on q_i (and all keys and values); "
+                          "moving q_i to another row moves its output row with it")
+    return "attention treats its keys as a set and its queries one by one"

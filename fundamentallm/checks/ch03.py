@@ -47,25 +47,6 @@ def check_split_heads(split_heads: Callable) -> str:
     return f"{len(cases)} shapes and the num_heads validation"
 
 
-@exercise_check
-def check_merge_heads(merge_heads: Callable) -> str:
-    """``merge_heads(x)``: ``(B, H, T, D)`` -> ``(B, T, H·D)``, the inverse of ``split_heads``."""
-    g = torch.Generator().manual_seed(4)
-    cases = [(2, 2, 5, 4), (1, 3, 4, 4), (3, 1, 2, 6), (2, 4, 3, 1)]
-    for B, H, T, D in cases:
-        x = torch.randn(B, T, H * D, generator=g)
-        # A view of x (as split_heads returns it) and a contiguous copy (as attention outputs are):
-        # after the transpose back, only the first can be .view()-ed without .contiguous().
-        for layout, heads in (("a view", _ref_split_heads(x, H)),
-                              ("contiguous", _ref_split_heads(x, H).contiguous())):
-            what = f"merge_heads(x of shape {(B, H, T, D)}, {layout})"
-            out = merge_heads(heads)
-            check_shape(out, (B, T, H * D), what=what)
-            assert_same(out, x, what=f"{what} (it must undo split_heads exactly: token t's "
-                                     f"channels h·D..(h+1)·D-1 come from head h)")
-    return f"{len(cases)} shapes, as views and as contiguous tensors"
-
-
 @exercise_check(forbidden=("torch.special.entr",))
 def check_attention_entropy(attention_entropy: Callable) -> str:
     """``attention_entropy(weights)``: ``(..., T_q, T_k)`` rows of probabilities -> ``(..., T_q)``
@@ -146,3 +127,28 @@ def check_grouped_query_attention(grouped_query_attention: Callable) -> str:
                                   "query heads share a group: h // (H // G) (repeat_interleave)")
         assert_same(_as_tensor(got).double(), expected, what=what + " (vs F.scaled_dot_product_attention)")
     return f"matches F.scaled_dot_product_attention(enable_gqa=True) on {len(cases)} cases"
+
+
+@exercise_check(may_return_none=True)
+def check_buggy_split_prediction(head1_tokens) -> str:
+    """``head1_tokens``: the sorted token positions whose numbers land in head 1 when ``x`` of shape
+    ``(1, 6, 8)`` is split into 2 heads with ``x.view(1, 2, 6, 4)`` (no transpose)."""
+    from .ch01 import answer_given
+
+    answer = answer_given(head1_tokens, "head1_tokens", "a sorted list of token positions")
+    try:
+        if not isinstance(answer, (list, tuple)):
+            raise TypeError
+        answer = sorted(int(t) for t in answer)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"head1_tokens should be a list of integers, got {head1_tokens!r}") from None
+    x = torch.arange(6)[None, :, None].expand(1, 6, 8).contiguous()  # each entry holds its token position
+    expected = sorted(set(x.view(1, 2, 6, 4)[0, 1].flatten().tolist()))
+    if answer == expected:
+        return ("view reads memory in order: head 1 gets the last 24 numbers, whole tokens 3-5, "
+                "not channels 4-7 of every token")
+    if answer == list(range(6)):
+        raise CheckFailed("every token would reach head 1 with the transpose (the correct split); "
+                          "view alone fills head 1 with the last 24 numbers in memory order")
+    raise CheckFailed(f"{answer} is not right: x is stored token after token, 8 numbers each; "
+                      "view(1, 2, 6, 4) gives head 0 the first 24 numbers and head 1 the next 24")

@@ -16,64 +16,6 @@ from .core import (
 )
 
 
-@exercise_check
-def check_embedding_lookup(embedding_lookup: Callable) -> str:
-    """``embedding_lookup(ids, weight)``: integer ids of any shape ``S`` and a ``(V, C)`` table ->
-    ``S + (C,)`` rows, differentiable in ``weight``; ``ValueError`` for ids outside ``[0, V)``."""
-    g = torch.Generator().manual_seed(7)
-    V, C = 10, 4
-    cases = {"ids of shape (5,)": torch.tensor([3, 1, 3, 0, 9]),
-             "ids of shape (2, 3)": torch.randint(0, V, (2, 3), generator=g),
-             "a single id, shape ()": torch.tensor(7)}
-    for name, ids in cases.items():
-        weight = torch.randn(V, C, generator=g, requires_grad=True)
-        out = embedding_lookup(ids, weight)
-        what = f"embedding_lookup({name})"
-        check_shape(out, tuple(ids.shape) + (C,), what=what)
-        assert_same(out, torch.nn.functional.embedding(ids, weight), what=what)
-        if not isinstance(out, torch.Tensor) or not out.requires_grad:
-            raise CheckFailed(f"{what}: the result must be differentiable with respect to weight "
-                              f"(build it from weight with torch operations, not from a copy)")
-        upstream = torch.randn(out.shape, generator=g)
-        (out * upstream).sum().backward()
-        expected = torch.zeros(V, C).index_add_(0, ids.reshape(-1), upstream.reshape(-1, C))
-        assert_same(weight.grad, expected, what=f"{what}: gradient of weight (each row should "
-                    f"receive the sum of the gradients of every position holding that id)")
-    w = torch.randn(V, C, generator=g)
-    _expect_value_error(lambda: embedding_lookup(torch.tensor([1, V]), w),
-                        f"embedding_lookup(ids containing {V}, weight with V={V} rows)", "ids")
-    _expect_value_error(lambda: embedding_lookup(torch.tensor([-1, 2]), w),
-                        "embedding_lookup(ids containing -1, ...)", "ids")
-    return "values, shapes, the accumulated gradient and out-of-range ids"
-
-
-def _ref_sinusoidal(max_seq_len: int, d_model: int, base: float) -> torch.Tensor:
-    import math
-    pe = torch.zeros(max_seq_len, d_model, dtype=torch.float64)
-    for pos in range(max_seq_len):
-        for i in range(d_model // 2):
-            angle = pos / base ** (2 * i / d_model)
-            pe[pos, 2 * i], pe[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
-    return pe
-
-
-@exercise_check(forbidden=("fundamentallm.positions.sinusoidal_table",))
-def check_sinusoidal_encoding(sinusoidal_encoding: Callable) -> str:
-    """``sinusoidal_encoding(max_seq_len, d_model, base=10000.0)``: the ``(max_seq_len, d_model)``
-    table ``PE[pos, 2i] = sin(pos / base^(2i/d_model))``, ``PE[pos, 2i+1] = cos(...)``;
-    ``ValueError`` for an odd ``d_model``."""
-    cases = [(8, 4, 10000.0), (50, 16, 10000.0), (5, 6, 10000.0), (3, 2, 10000.0), (20, 8, 100.0)]
-    for T, d, base in cases:
-        out = sinusoidal_encoding(T, d) if base == 10000.0 else sinusoidal_encoding(T, d, base=base)
-        what = f"sinusoidal_encoding(max_seq_len={T}, d_model={d}, base={base:g})"
-        check_shape(out, (T, d), what=what)
-        assert_same(_as_tensor(out).double(), _ref_sinusoidal(T, d, base), atol=1e-5, rtol=1e-5,
-                    what=f"{what} (even columns sin, odd columns cos, column pair i uses "
-                         f"frequency base^(-2i/d_model))")
-    _expect_value_error(lambda: sinusoidal_encoding(4, 5), "sinusoidal_encoding(4, d_model=5)", "d_model")
-    return f"{len(cases)} tables (two bases) and the odd-d_model validation"
-
-
 @exercise_check(forbidden=("fundamentallm.positions.rotate_half",))
 def check_rotate_half(rotate_half: Callable) -> str:
     """``rotate_half(x)``: ``(x1, x2) -> (-x2, x1)`` on the two halves of the last dimension;
@@ -91,38 +33,6 @@ def check_rotate_half(rotate_half: Callable) -> str:
         assert_same(rotate_half(x.clone()), expected, what=f"rotate_half(x of shape {shape})")
     _expect_value_error(lambda: rotate_half(torch.zeros(2, 5)), "rotate_half(x with last dimension 5)", "5")
     return "known answer, batched shapes and the odd-size validation"
-
-
-def _ref_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
-    """RoPE through complex numbers: channel pair (i, i + D/2) is z = x_i + j·x_{i+D/2}, and
-    rotating it by angle a is multiplying by e^{j·a}."""
-    D = x.shape[-1]
-    x64 = x.double()
-    z = torch.complex(x64[..., : D // 2], x64[..., D // 2:])  # (..., T, D/2)
-    freqs = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
-    angles = positions.double()[:, None] * freqs  # (T, D/2)
-    z = z * torch.polar(torch.ones_like(angles), angles)
-    return torch.cat([z.real, z.imag], dim=-1)
-
-
-@exercise_check
-def check_apply_rope(apply_rope: Callable) -> str:
-    """``apply_rope(x, positions, base=10000.0)``: rotate each pair ``(x_i, x_{i+D/2})`` of the
-    ``(..., T, D)`` tensor by ``positions[t] · base^(-2i/D)``; ``positions`` is a ``(T,)`` tensor."""
-    g = torch.Generator().manual_seed(9)
-    cases = [((1, 4, 8), torch.arange(4), 10000.0, "positions 0..3"),
-             ((2, 3, 5, 6), torch.arange(5) + 7, 10000.0, "positions 7..11"),
-             ((2, 3, 16), torch.tensor([9, 0, 4]), 10000.0, "positions [9, 0, 4] in any order"),
-             ((6, 4), torch.arange(6), 100.0, "base 100")]
-    for shape, pos, base, name in cases:
-        x = torch.randn(shape, generator=g)
-        out = apply_rope(x.clone(), pos, base) if base != 10000.0 else apply_rope(x.clone(), pos)
-        what = f"apply_rope(x of shape {shape}, {name})"
-        check_shape(out, shape, what=what)
-        assert_same(_as_tensor(out).double(), _ref_rope(x, pos, base), atol=1e-5, rtol=1e-4,
-                    what=f"{what} (pair channel i with i + D/2, angle = position · base^(-2i/D), "
-                         f"x·cos + rotate_half(x)·sin)")
-    return f"{len(cases)} cases equal to a complex-number reference"
 
 
 @exercise_check
@@ -148,3 +58,96 @@ def check_alibi_bias(alibi_bias: Callable) -> str:
             raise CheckFailed(f"{what}: every head has the same slope; head h uses 2^(-8(h+1)/H)")
         assert_same(got[past], expected[past], what=what + " on and below the diagonal")
     return f"matches the ALiBi formula on {len(cases)} shapes"
+
+
+@exercise_check(may_return_none=True)
+def check_no_position_prediction(no_position_prediction) -> str:
+    """``no_position_prediction``: for a transformer without positional encoding reading
+    ``[BOS, a, a, ..., a]``: can the outputs at the repeated ``a`` differ (``"causal"``,
+    ``"bidirectional"``: bool), and does the difference between neighbouring positions
+    ``"shrink"``, ``"stay"`` or ``"grow"`` along the sequence in the causal model (``"neighbours"``)."""
+    from .ch01 import choice_answers
+
+    answer = choice_answers(no_position_prediction, "no_position_prediction",
+                            {"causal": (True, False), "bidirectional": (True, False),
+                             "neighbours": ("shrink", "stay", "grow")})
+    if answer["bidirectional"]:
+        raise CheckFailed("bidirectional: every 'a' has the same token vector and reads the same set "
+                          "of keys (BOS and all the a's), so every layer gives every 'a' the same output")
+    if not answer["causal"]:
+        raise CheckFailed("causal: the 'a' at position t reads BOS and t copies of 'a'; the softmax "
+                          "shares its weight among them, so BOS's share, and the output, changes with t")
+    if answer["neighbours"] != "shrink":
+        raise CheckFailed("neighbours: with equal scores BOS's share at position t is 1/(t + 1); from t "
+                          "to t + 1 it changes by 1/((t + 1)(t + 2)), less and less as t grows")
+    return ("the causal mask leaks position, through BOS's share of the weight, and less and less "
+            "clearly as the sequence grows")
+
+
+def _rope_rotation(position: float, D: int, base: float) -> torch.Tensor:
+    """(D, D) matrix R_m of the half convention: rope(x, m) = R_m x for one vector x (D,)."""
+    theta = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
+    a = position * theta
+    R = torch.zeros(D, D, dtype=torch.float64)
+    i = torch.arange(D // 2)
+    R[i, i], R[i, i + D // 2] = torch.cos(a), -torch.sin(a)
+    R[i + D // 2, i], R[i + D // 2, i + D // 2] = torch.sin(a), torch.cos(a)
+    return R
+
+
+@exercise_check
+def check_rope_score_matrix(rope_score_matrix: Callable) -> str:
+    """``rope_score_matrix(offset, D, base=10000.0)`` -> the ``(D, D)`` matrix ``M`` with
+    ``rope(q, m) . rope(k, n) = q @ M @ k`` whenever ``m - n = offset`` (half convention)."""
+    g = torch.Generator().manual_seed(44)
+    cases = [(0, 4, 10000.0), (3, 8, 10000.0), (-5, 6, 100.0), (17, 16, 10000.0)]
+    for offset, D, base in cases:
+        M = rope_score_matrix(offset, D, base)
+        what = f"rope_score_matrix({offset}, {D}, {base})"
+        check_shape(M, (D, D), what=what)
+        M = _as_tensor(M).double()
+        n = int(torch.randint(0, 50, (1,), generator=g))
+        m = n + offset
+        expected = _rope_rotation(m, D, base).T @ _rope_rotation(n, D, base)  # R_m^T R_n
+        q, k = torch.randn(D, generator=g, dtype=torch.float64), torch.randn(D, generator=g, dtype=torch.float64)
+        score = (_rope_rotation(m, D, base) @ q) @ (_rope_rotation(n, D, base) @ k)
+        if not torch.allclose(q @ M @ k, score, rtol=1e-5, atol=1e-8):
+            if offset and torch.allclose(M, expected.T, atol=1e-6):
+                raise CheckFailed(f"{what}: you returned the transpose, the matrix for offset "
+                                  f"{-offset}; the query at m = n + offset is rotated by m, the key by n")
+            raise CheckFailed(f"{what}: q @ M @ k = {float(q @ M @ k):.6g}, but the rotated "
+                              f"score at m = {m}, n = {n} is {float(score):.6g}; M should be "
+                              "R_m^T R_n, a rotation of each pair (i, i + D/2) by -offset * theta_i")
+        assert_same(M, expected, what=what, atol=1e-6, rtol=1e-5)
+    return "the score depends on the positions only through m - n"
+
+
+@exercise_check
+def check_count_slow_pairs(count_slow_pairs: Callable) -> str:
+    """``count_slow_pairs(D, base, context)`` -> how many of the ``D/2`` RoPE pairs turn by less than
+    one full turn (2 pi) between positions 0 and ``context``."""
+    import math
+
+    g = torch.Generator().manual_seed(46)
+    cases = [(64, 10000.0, 4096), (128, 10000.0, 2048), (64, 500000.0, 8192), (16, 100.0, 10)]
+    cases += [(int(2 * torch.randint(2, 64, (1,), generator=g)), float(10 ** torch.randint(2, 7, (1,), generator=g)),
+               int(torch.randint(8, 100000, (1,), generator=g))) for _ in range(3)]
+    for D, base, context in cases:
+        theta = [base ** (-2 * i / D) for i in range(D // 2)]
+        expected = sum(context * t < 2 * math.pi for t in theta)
+        got = count_slow_pairs(D, base, context)
+        what = f"count_slow_pairs(D={D}, base={base:g}, context={context})"
+        if isinstance(got, bool) or not isinstance(got, (int, torch.Tensor)) or int(got) != got:
+            raise CheckFailed(f"{what}: return an int, got {got!r}")
+        got = int(got)
+        if got != expected:
+            if got == D // 2 - expected:
+                raise CheckFailed(f"{what}: {got} is the number of pairs that DO complete a turn; "
+                                  "the question asks for the others")
+            first = next((i for i, t in enumerate(theta) if context * t < 2 * math.pi), D // 2)
+            if got == first:
+                raise CheckFailed(f"{what}: {got} is the index of the first slow pair; count the "
+                                  "pairs from it to the last, D/2 - 1")
+            raise CheckFailed(f"{what}: expected {expected}, got {got}; pair i turns by "
+                              "context * base^(-2i/D) radians between positions 0 and context")
+    return "the slow pairs are the last ones: their frequencies base^(-2i/D) are the smallest"

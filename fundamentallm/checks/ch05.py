@@ -70,138 +70,6 @@ def check_layer_norm(layer_norm: Callable) -> str:
     return "outputs and gradients equal to F.layer_norm (float32/64, large eps, constant rows)"
 
 
-@exercise_check(forbidden=("fundamentallm.norms.RMSNorm.forward",))
-def check_rms_norm(rms_norm: Callable) -> str:
-    """``rms_norm(x, weight, eps)``: ``x / sqrt(mean(x²) + eps) * weight`` over the last
-    dimension; outputs and gradients equal to ``F.rms_norm``."""
-    F = torch.nn.functional
-    cases = _ch05_norm_cases(1) + [("an all-zero row, eps=1e-6", torch.zeros(1, 4), 1e-6)]
-    for i, (name, x, eps) in enumerate(cases):
-        g = _ch05_rng(20 + i)
-        C = x.shape[-1]
-        weight = torch.randn(C, generator=g, dtype=x.dtype)
-        ins = [t.clone().requires_grad_(True) for t in (x, weight)]
-        refs = [t.clone().requires_grad_(True) for t in (x, weight)]
-        what = f"rms_norm({name})"
-        out = rms_norm(ins[0], ins[1], eps)
-        expected = F.rms_norm(refs[0], (C,), refs[1], eps)
-        check_shape(out, tuple(x.shape), what=what)
-        assert_same(out, expected.detach(), what=f"{what} (no mean subtraction: divide by "
-                    f"sqrt(mean of squares + eps), then * weight)", atol=1e-5, rtol=1e-4)
-        upstream = torch.randn(x.shape, generator=g, dtype=x.dtype)
-        got = _ch05_grads(out, ins, upstream, what)
-        want = torch.autograd.grad((expected * upstream).sum(), refs)
-        for label, a, e in zip(("x", "weight"), got, want):
-            if a is None:
-                raise CheckFailed(f"{what}: the result does not depend on {label}")
-            assert_same(a, e, what=f"{what}: gradient with respect to {label}", atol=1e-4, rtol=1e-3)
-    return "outputs and gradients equal to F.rms_norm (incl. large eps and an all-zero row)"
-
-
-@exercise_check
-def check_inverted_dropout(inverted_dropout: Callable) -> str:
-    """``inverted_dropout(x, p, generator)``: zero each element independently with probability
-    ``p``, scale the kept ones by ``1/(1-p)``, draw randomness only from ``generator``;
-    ``p=0`` is the identity; ``ValueError`` for ``p`` outside ``[0, 1)``."""
-    x = torch.randn(200, 200, generator=_ch05_rng(30))
-    x_before = x.clone()
-    out = inverted_dropout(x, 0.0, torch.Generator().manual_seed(0))
-    assert_same(out, x_before, what="inverted_dropout(x, p=0.0) (nothing dropped, nothing scaled)")
-    for p in (0.1, 0.5, 0.8):
-        what = f"inverted_dropout(x of shape (200, 200), p={p})"
-        out = inverted_dropout(x, p, torch.Generator().manual_seed(1))
-        check_shape(out, tuple(x.shape), what=what)
-        if not torch.equal(x, x_before):
-            raise CheckFailed(f"{what} modified its input in place; return a new tensor")
-        out = _as_tensor(out)
-        kept = out != 0
-        rows, cols = kept.any(dim=1) & ~kept.all(dim=1), kept.any(dim=0) & ~kept.all(dim=0)
-        if not (rows.all() and cols.all()):
-            raise CheckFailed(f"{what}: whole rows or columns are dropped together; draw one "
-                              f"independent decision per element (a mask of x's shape)")
-        frac = 1.0 - kept.double().mean().item()
-        tol = 5 * (p * (1 - p) / x.numel()) ** 0.5 + 1e-3
-        if abs(frac - p) > tol:
-            raise CheckFailed(f"{what}: {frac:.3f} of the elements are zero, expected about p={p} "
-                              f"(each element is dropped with probability p, kept with 1 - p)")
-        assert_same(out[kept], x[kept] / (1 - p), what=f"{what}: the kept elements "
-                    f"(they must be scaled by 1/(1-p) so that the expectation is unchanged)")
-    ones = torch.ones(100_000)
-    mean = _as_tensor(inverted_dropout(ones, 0.5, torch.Generator().manual_seed(2))).mean().item()
-    if abs(mean - 1.0) > 0.02:
-        raise CheckFailed(f"inverted_dropout(ones, p=0.5): the mean is {mean:.4f}, expected about 1 "
-                          f"(inverted dropout preserves the expectation)")
-    a = inverted_dropout(x, 0.3, torch.Generator().manual_seed(3))
-    b = inverted_dropout(x, 0.3, torch.Generator().manual_seed(3))
-    c = inverted_dropout(x, 0.3, torch.Generator().manual_seed(4))
-    if not torch.equal(_as_tensor(a), _as_tensor(b)):
-        raise CheckFailed("two calls with generators seeded alike gave different masks: draw the "
-                          "random numbers from `generator` (e.g. torch.rand(x.shape, generator=generator))")
-    if torch.equal(_as_tensor(a), _as_tensor(c)):
-        raise CheckFailed("generators with different seeds gave the same mask: use `generator`")
-    x64 = torch.randn(3, 4, generator=_ch05_rng(31), dtype=torch.float64)
-    out64 = _as_tensor(inverted_dropout(x64, 0.5, torch.Generator().manual_seed(5)))
-    if out64.dtype != torch.float64:
-        raise CheckFailed(f"inverted_dropout(float64 x): the result has dtype {out64.dtype}; "
-                          f"keep x's dtype")
-    g = torch.Generator().manual_seed(6)
-    for bad in (1.0, -0.1, 1.5):
-        _expect_value_error(lambda bad=bad: inverted_dropout(x, bad, g), f"inverted_dropout(x, p={bad})", "p")
-    return "drop rate, 1/(1-p) scaling, unchanged mean, seeded masks, dtype and bad p"
-
-
-def _ch05_blocks(num_layers: int, width: int, norm: bool, seed: int) -> torch.nn.ModuleList:
-    from torch import nn
-    torch.manual_seed(540 + seed)
-    return nn.ModuleList(
-        nn.Sequential(*([nn.LayerNorm(width)] if norm else []), nn.Linear(width, 2 * width),
-                      nn.Tanh(), nn.Linear(2 * width, width))
-        for _ in range(num_layers))
-
-
-def _ch05_reference_grad_norms(blocks, x: torch.Tensor, residual: bool) -> torch.Tensor:
-    h = x
-    for block in blocks:
-        h = h + block(h) if residual else block(h)
-    params = [list(b.parameters()) for b in blocks]
-    grads = torch.autograd.grad(h.mean(), [p for ps in params for p in ps])
-    out, i = [], 0
-    for ps in params:
-        out.append(torch.sqrt(sum(gr.pow(2).sum() for gr in grads[i:i + len(ps)])))
-        i += len(ps)
-    return torch.stack(out).detach()
-
-
-@exercise_check
-def check_residual_gradient_norms(residual_gradient_norms: Callable) -> str:
-    """``residual_gradient_norms(blocks, x, residual)``: run ``h = h + block(h)`` (or
-    ``h = block(h)``) through the blocks, backpropagate ``h.mean()``, and return, per block, the
-    L2 norm of all its parameters' gradients together, as a 1-D tensor."""
-    cases = [(6, 8, False, True), (6, 8, False, False), (4, 6, True, True), (5, 6, True, False),
-             (1, 4, False, True)]
-    for seed, (L, C, norm, residual) in enumerate(cases):
-        blocks = _ch05_blocks(L, C, norm, seed)
-        x = torch.randn(5, C, generator=_ch05_rng(40 + seed))
-        what = (f"residual_gradient_norms({L} blocks of width {C}"
-                f"{' with LayerNorm' if norm else ''}, residual={residual})")
-        expected = _ch05_reference_grad_norms(blocks, x, residual)
-        got = residual_gradient_norms(blocks, x.clone(), residual)
-        if isinstance(got, (list, tuple)):
-            got = torch.tensor([float(v) for v in got])
-        check_shape(got, (L,), what=what)
-        assert_same(_as_tensor(got).float(), expected, what=f"{what} (entry l: sqrt of the summed "
-                    f"squared gradients of every parameter of block l, loss = output.mean())",
-                    rtol=1e-4, atol=1e-7)
-        again = residual_gradient_norms(blocks, x.clone(), residual)
-        if isinstance(again, (list, tuple)):
-            again = torch.tensor([float(v) for v in again])
-        assert_same(_as_tensor(again).float(), expected, what=f"{what}, called a second time on the "
-                    f"same blocks (gradients must not accumulate: zero them, or use "
-                    f"torch.autograd.grad)", rtol=1e-4, atol=1e-7)
-    return f"{len(cases)} stacks with and without residuals and norms"
-
-
-
 @exercise_check
 def check_dropout_covariance(dropout_covariance: Callable) -> str:
     """``dropout_covariance(W, x, p)`` -> the ``(m, m)`` covariance of ``y = W (z * x) / (1 - p)``
@@ -227,3 +95,123 @@ def check_dropout_covariance(dropout_covariance: Callable) -> str:
                                   "the off-diagonal terms, or the 1/(1-p)?")
         assert_same(got, expected, what=what, rtol=1e-6, atol=1e-12)
     return f"matches the formula and the measurement on {len(cases)} layers"
+
+
+@exercise_check(forbidden=("torch.autograd.grad", "torch.Tensor.backward", "torch.func"))
+def check_batch_norm_backward(batch_norm_backward: Callable) -> str:
+    """``batch_norm_backward(x, gamma, dy, eps=1e-5)`` -> ``(dx, dgamma, dbeta)`` for training-mode
+    BatchNorm of ``x`` (N, C) with batch statistics (biased variance), given the upstream gradient
+    ``dy`` (N, C); compared with autograd through ``F.batch_norm``, without autograd on your side."""
+    g = _ch05_rng(60)
+    cases = [(8, 3, 1e-5), (2, 5, 1e-5), (16, 4, 0.5), (5, 1, 1e-3)]  # (N, C, eps)
+    for N, C, eps in cases:
+        x = (2 * torch.randn(N, C, generator=g, dtype=torch.float64) + 1).requires_grad_(True)
+        gamma = (1 + 0.5 * torch.randn(C, generator=g, dtype=torch.float64)).requires_grad_(True)
+        beta = torch.randn(C, generator=g, dtype=torch.float64, requires_grad=True)
+        dy = torch.randn(N, C, generator=g, dtype=torch.float64)
+        y = torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True, eps=eps)
+        ref = torch.autograd.grad((y * dy).sum(), (x, gamma, beta))
+        got = batch_norm_backward(x.detach().clone(), gamma.detach().clone(), dy.clone(), eps)
+        what = f"batch_norm_backward(x of shape ({N}, {C}), eps={eps})"
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise CheckFailed(f"{what}: return the tuple (dx, dgamma, dbeta)")
+        dx, dgamma, dbeta = got
+        for name, value, expected in (("dbeta", dbeta, ref[2]), ("dgamma", dgamma, ref[1])):
+            check_shape(value, tuple(expected.shape), what=f"{what}: {name}")
+            assert_same(_as_tensor(value).double(), expected, what=f"{what}: {name}", rtol=1e-6, atol=1e-8)
+        check_shape(dx, (N, C), what=f"{what}: dx")
+        dx = _as_tensor(dx).double()
+        sigma = torch.sqrt(x.detach().var(dim=0, unbiased=False) + eps)
+        if N > 1 and torch.allclose(dx, dy * gamma.detach() / sigma, rtol=1e-6, atol=1e-8):
+            raise CheckFailed(f"{what}: dx treats the batch mean and variance as constants; they are "
+                              "computed from every row of x, so each x_n also moves the others' "
+                              "outputs (subtract the mean of dy_hat and of dy_hat * x_hat)")
+        assert_same(dx, ref[0], what=f"{what}: dx", rtol=1e-6, atol=1e-8)
+    return f"dx, dgamma and dbeta equal autograd's on {len(cases)} batches"
+
+
+@exercise_check(may_return_none=True)
+def check_norm_ablation_prediction(growth_prediction) -> str:
+    """``growth_prediction``: ``{"with_norm": ..., "without_norm": ...}``, how the scale of the
+    residual stream grows with the number of blocks ``L`` in ``h <- h + f(norm(h))`` and in
+    ``h <- h + f(h)`` (random ReLU MLP blocks at initialization)."""
+    from .ch01 import choice_answers
+
+    options = ("constant", "sqrt", "linear", "exponential")
+    answer = choice_answers(growth_prediction, "growth_prediction",
+                            {"with_norm": options, "without_norm": options})
+    if answer["with_norm"] != "sqrt":
+        raise CheckFailed("with_norm: each block reads a unit-scale copy, so it adds a vector of about "
+                          "the same size each time, independent of the stream; L roughly independent "
+                          "additions of equal variance give a standard deviation like sqrt(L)")
+    if answer["without_norm"] != "exponential":
+        raise CheckFailed("without_norm: f(h) is now proportional in size to h itself, so each block "
+                          "multiplies the stream's variance by about the same factor (1 + c): "
+                          "that compounds")
+    return "the norm turns a multiplicative growth into an additive one"
+
+
+@exercise_check(forbidden=("torch.nn.functional.group_norm", "torch.group_norm"))
+def check_group_norm(group_norm: Callable) -> str:
+    """``group_norm(x, num_groups, weight, bias, eps=1e-5)`` for ``x`` (N, C): normalize each
+    sample over each group of ``C // num_groups`` consecutive channels, then the per-channel gain
+    and shift; a ``ValueError`` naming ``num_groups`` when it does not divide ``C``."""
+    g = _ch05_rng(70)
+    cases = [(4, 8, 2), (3, 6, 1), (2, 6, 6), (5, 12, 3), (1, 4, 2)]  # (N, C, num_groups)
+    for N, C, G in cases:
+        x = 3 * torch.randn(N, C, generator=g, dtype=torch.float64) + torch.randn(C, generator=g, dtype=torch.float64)
+        weight = 1 + 0.5 * torch.randn(C, generator=g, dtype=torch.float64)
+        bias = 0.5 * torch.randn(C, generator=g, dtype=torch.float64)
+        expected = torch.nn.functional.group_norm(x, G, weight, bias, eps=1e-5)
+        got = group_norm(x.clone(), G, weight.clone(), bias.clone(), 1e-5)
+        what = f"group_norm(x of shape ({N}, {C}), num_groups={G})"
+        check_shape(got, (N, C), what=what)
+        got = _as_tensor(got).double()
+        if G > 1 and torch.allclose(got, torch.nn.functional.layer_norm(x, (C,), weight, bias, 1e-5), atol=1e-6):
+            raise CheckFailed(f"{what}: that is LayerNorm over all C channels; each group of "
+                              f"{C // G} consecutive channels has its own mean and variance")
+        per_channel = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-5) * weight + bias
+        if N > 1 and torch.allclose(got, per_channel, atol=1e-6):
+            raise CheckFailed(f"{what}: that normalizes over the batch (BatchNorm); GroupNorm uses each "
+                              "sample's own channels")
+        assert_same(got, expected, what=f"{what} (vs F.group_norm)", rtol=1e-6, atol=1e-8)
+    _expect_value_error(lambda: group_norm(torch.zeros(2, 6), 4, torch.ones(6), torch.zeros(6), 1e-5),
+                        "group_norm with C=6, num_groups=4", "num_groups")
+    return f"{len(cases)} cases equal F.group_norm, from LayerNorm-like (1 group) to one channel per group"
+
+
+def _ch05_stream_std(num_layers: int, scale: float, d: int = 64, seed: int = 0) -> float:
+    """Std of the stream after ``num_layers`` pre-LN ReLU MLP blocks (He initialization), each
+    branch multiplied by ``scale``: h <- h + scale * W2 relu(W1 LN(h))."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(256, d, generator=g)
+    for _ in range(num_layers):
+        W1 = torch.randn(4 * d, d, generator=g) * (2 / d) ** 0.5
+        W2 = torch.randn(d, 4 * d, generator=g) * (1 / (4 * d)) ** 0.5
+        h = h + scale * torch.relu(torch.nn.functional.layer_norm(h, (d,)) @ W1.T) @ W2.T
+    return h.std().item()
+
+
+@exercise_check
+def check_branch_scale(branch_scale: Callable) -> str:
+    """``branch_scale(num_layers)`` -> the factor for every residual branch of a pre-LN stack of
+    ``num_layers`` blocks such that the stream's final std neither grows nor fades with depth (the
+    blocks still contribute); measured on random ReLU MLP stacks of 2 to 128 blocks."""
+    depths = (2, 8, 32, 128)
+    scales = [branch_scale(L) for L in depths]
+    for L, s in zip(depths, scales):
+        if isinstance(s, bool) or not isinstance(s, (int, float, torch.Tensor)):
+            raise CheckFailed(f"branch_scale({L}) should return a number, got {s!r}")
+    scales = [float(s) for s in scales]
+    stds = [_ch05_stream_std(L, s, seed=i) for i, (L, s) in enumerate(zip(depths, scales))]
+    table = ", ".join(f"L={L}: {v:.2f}" for L, v in zip(depths, stds))
+    if min(stds) < 1.15:
+        raise CheckFailed(f"the stream's final std ({table}) stays near the input's 1 at some depth: "
+                          "the blocks add almost nothing there; a fading branch scale switches the "
+                          "network off as it deepens")
+    if max(stds) / min(stds) > 1.5:
+        trend = "grows" if stds[-1] > stds[0] else "fades"
+        raise CheckFailed(f"the stream's final std {trend} with depth ({table}); each block adds a "
+                          "roughly independent contribution of variance scale^2 * c, so the total "
+                          "added variance is L * scale^2 * c")
+    return f"final std {table}: independent of depth"

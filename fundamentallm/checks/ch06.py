@@ -9,7 +9,6 @@ import torch
 from .core import (
     CheckFailed,
     _as_tensor,
-    _expect_value_error,
     assert_same,
     check_shape,
     exercise_check,
@@ -55,75 +54,6 @@ def check_pre_ln_block(pre_ln_block: Callable) -> str:
 
 
 @exercise_check
-def check_post_ln_block(post_ln_block: Callable) -> str:
-    """``post_ln_block(x, attn, ff, norm1, norm2)``: ``h = norm1(x + attn(x))``,
-    ``norm2(h + ff(h))``; compared with the package's post-LN ``TransformerBlock``."""
-    return _ch06_check_block(post_ln_block, "post", "h = norm1(x + attn(x)); norm2(h + ff(h))")
-
-
-@exercise_check
-def check_per_layer_grad_norms(per_layer_grad_norms: Callable) -> str:
-    """``per_layer_grad_norms(model)``: after ``backward()``, the L2 norm of all gradients of each
-    block in ``model.blocks`` (``None`` gradients count as zero), as a 1-D tensor; the gradients
-    themselves are left unchanged."""
-    from ..config import TransformerConfig
-    from ..model import Transformer
-
-    cases = [(3, "pre", None), (2, "post", None), (1, "pre", None), (3, "pre", "blocks.1.attn.qkv.bias")]
-    for seed, (L, position, frozen) in enumerate(cases):
-        torch.manual_seed(620 + seed)
-        model = Transformer(TransformerConfig(vocab_size=11, d_model=16, num_heads=2, num_layers=L,
-                                              max_seq_len=8, norm_position=position))
-        if frozen is not None:
-            model.get_parameter(frozen).requires_grad_(False)
-        ids = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(630 + seed))
-        _, loss = model(ids, ids)
-        loss.backward()
-        before = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        expected = torch.stack([
-            torch.sqrt(sum((p.grad.double().pow(2).sum() for p in b.parameters() if p.grad is not None),
-                           torch.zeros((), dtype=torch.float64)))
-            for b in model.blocks]).float()
-        what = (f"per_layer_grad_norms({L}-layer {position}-LN model"
-                f"{f' whose {frozen} has no gradient' if frozen else ''})")
-        got = per_layer_grad_norms(model)
-        if isinstance(got, (list, tuple)):
-            got = torch.tensor([float(v) for v in got])
-        check_shape(got, (L,), what=what)
-        assert_same(_as_tensor(got).float(), expected, what=f"{what} (entry l: sqrt of the sum of "
-                    f"squared gradient entries over every parameter of model.blocks[l])",
-                    rtol=1e-4, atol=1e-8)
-        for n, p in model.named_parameters():
-            if n in before and (p.grad is None or not torch.equal(p.grad, before[n])):
-                raise CheckFailed(f"{what} changed the gradient of {n}; only read .grad")
-    return f"{len(cases)} models, pre- and post-LN, one with a parameter without gradient"
-
-
-@exercise_check
-def check_warmup_lr(warmup_lr: Callable) -> str:
-    """``warmup_lr(step, base_lr, warmup_steps)``: with ``s = step + 1``, ``base_lr · s /
-    warmup_steps`` while ``s <= warmup_steps``, then ``base_lr``; ``warmup_steps=0`` means no
-    warmup; ``ValueError`` for a negative ``step`` or ``warmup_steps``."""
-    n = 0
-    for base_lr, warmup in ((1e-3, 10), (0.5, 1), (3e-2, 0), (2.0, 7)):
-        for step in range(3 * max(warmup, 3)):
-            s = step + 1
-            expected = base_lr * s / warmup if s <= warmup else base_lr
-            got = warmup_lr(step, base_lr, warmup)
-            if got is None:
-                raise CheckFailed("got None -- did you forget to return the learning rate?")
-            phase = "warmup" if s <= warmup else "after warmup"
-            assert_same(torch.tensor(float(got), dtype=torch.float64),
-                        torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=1e-15,
-                        what=f"warmup_lr(step={step}, base_lr={base_lr}, warmup_steps={warmup}) ({phase}; "
-                             f"step is 0-based, so step 0 already gets base_lr / warmup_steps)")
-            n += 1
-    _expect_value_error(lambda: warmup_lr(-1, 1e-3, 10), "warmup_lr(step=-1, ...)", "step")
-    _expect_value_error(lambda: warmup_lr(0, 1e-3, -5), "warmup_lr(0, 1e-3, warmup_steps=-5)", "warmup_steps")
-    return f"correct at {n} steps of 4 schedules, and bad arguments rejected"
-
-
-@exercise_check
 def check_layer_norm_jacobian(layer_norm_jacobian: Callable) -> str:
     """``layer_norm_jacobian(z, weight, eps=1e-5)`` -> the ``(C, C)`` Jacobian of LayerNorm at
     ``z`` (``(C,)``), eq. ch06-ln-jacobian; compared with autograd through ``F.layer_norm``."""
@@ -146,3 +76,121 @@ def check_layer_norm_jacobian(layer_norm_jacobian: Callable) -> str:
                               "did you drop the -11ᵀ/C term?")
         assert_same(got, expected, what=what + " (vs autograd)", rtol=1e-6, atol=1e-9)
     return f"matches autograd on {len(cases)} vectors"
+
+
+@exercise_check
+def check_sandwich_block(sandwich_block: Callable) -> str:
+    """``sandwich_block(x, attn, ff, norm1, norm2, norm3, norm4)``: ``h = x + norm3(attn(norm1(x)))``,
+    ``h + norm4(ff(norm2(h)))``; the modules of a random package block plus two extra norms."""
+    from ..norms import LayerNorm, RMSNorm
+
+    cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 7, 16), 4), ("layernorm", (3, 1, 8), 1)]
+    for seed, (norm, shape, heads) in enumerate(cases):
+        block = _ch06_block("pre", norm, 10 + seed, d_model=shape[-1], num_heads=heads)
+        extra = [(LayerNorm if norm == "layernorm" else RMSNorm)(shape[-1]) for _ in range(2)]
+        g = torch.Generator().manual_seed(660 + seed)
+        with torch.no_grad():
+            for n in extra:
+                for name, p in n.named_parameters():
+                    p.copy_(1 + 0.5 * torch.randn(p.shape, generator=g) if name == "weight"
+                            else 0.5 * torch.randn(p.shape, generator=g))
+        norm3, norm4 = extra
+        x = 3 * torch.randn(shape, generator=g)
+        with torch.no_grad():
+            h = x + norm3(block.attn(block.norm1(x)))
+            expected = h + norm4(block.ff(block.norm2(h)))
+            got = sandwich_block(x.clone(), block.attn, block.ff, block.norm1, block.norm2, norm3, norm4)
+            what = f"sandwich_block(x of shape {shape}, {norm}, {heads} heads)"
+            check_shape(got, shape, what=what)
+            got = _as_tensor(got)
+            for wrong, why in (
+                (block(x), "that is the pre-LN block: norm3 and norm4 must normalize each sublayer's "
+                           "output before it is added to the stream"),
+                (norm4(h + block.ff(block.norm2(h))), "norm4 normalizes the feed-forward output only, "
+                                                        "not the sum: the stream itself is never normalized"),
+            ):
+                if torch.allclose(got, wrong, atol=1e-5, rtol=1e-4):
+                    raise CheckFailed(f"{what}: {why}")
+        assert_same(got, expected, what=f"{what} (expected h = x + norm3(attn(norm1(x))); "
+                                        "h + norm4(ff(norm2(h))))", atol=1e-5, rtol=1e-4)
+    return f"{len(cases)} sandwich blocks: each sublayer's output normalized before it joins the stream"
+
+
+@exercise_check(may_return_none=True)
+def check_ln_jacobian_prediction(ln_jacobian_prediction) -> str:
+    """``ln_jacobian_prediction``: ``{"J_ones": ..., "J_zhat": ..., "norm_ratio": ...}``: what the
+    LayerNorm Jacobian does to the all-ones vector and to the normalized input (``"zero"``,
+    ``"same direction"`` or ``"other"``), and ``||J(10 z)||_2 / ||J(z)||_2`` (a number)."""
+    from .ch01 import answer_given
+
+    directions = ("zero", "same direction", "other")
+    answer = answer_given(ln_jacobian_prediction, "ln_jacobian_prediction",
+                          "a dict with the keys ['J_ones', 'J_zhat', 'norm_ratio']")
+    if not isinstance(answer, dict) or set(answer) != {"J_ones", "J_zhat", "norm_ratio"}:
+        raise CheckFailed("ln_jacobian_prediction needs exactly the keys ['J_ones', 'J_zhat', 'norm_ratio']")
+    for key in ("J_ones", "J_zhat"):
+        if answer[key] not in directions:
+            raise CheckFailed(f"ln_jacobian_prediction[{key!r}] = {answer[key]!r}; choose one of {list(directions)}")
+    if answer["J_ones"] != "zero":
+        raise CheckFailed("J_ones: adding the same number to every channel shifts the mean by it and "
+                          "changes nothing after the subtraction: LN(z + c1) = LN(z), so J 1 = 0")
+    if answer["J_zhat"] != "zero":
+        raise CheckFailed("J_zhat: moving z along z_hat only rescales the centred vector (up to eps), "
+                          "and the division by sigma undoes a rescaling: J z_hat = 0 (up to eps)")
+    try:
+        ratio = float(answer["norm_ratio"])
+    except (TypeError, ValueError):
+        raise CheckFailed(f"norm_ratio should be a number, got {answer['norm_ratio']!r}") from None
+    z = torch.randn(16, generator=torch.Generator().manual_seed(66), dtype=torch.float64)
+    ln = lambda v: torch.nn.functional.layer_norm(v, (16,), eps=1e-5)  # noqa: E731
+    true = float(torch.linalg.matrix_norm(torch.autograd.functional.jacobian(ln, 10 * z), ord=2)
+                 / torch.linalg.matrix_norm(torch.autograd.functional.jacobian(ln, z), ord=2))
+    if abs(ratio - true) > 0.02 * true:
+        hint = " (the output does not change, but how fast it changes does)" if abs(ratio - 1) < 1e-9 else ""
+        raise CheckFailed(f"norm_ratio = {ratio:.3g}: the Jacobian carries a factor 1/sigma(z); what "
+                          f"does multiplying z by 10 do to sigma?{hint}")
+    return "J removes the directions 1 and z_hat and divides by sigma: 10 times the input, a tenth of the gradient"
+
+
+@exercise_check(may_return_none=True)
+def check_post_ln_lr_prediction(post_ln_at_lower_lr) -> str:
+    """``post_ln_at_lower_lr``: how post-LN at depth 6 ends without warmup when the learning rate is
+    3 times smaller (1e-3): ``"plateau"`` (near the context-free loss), ``"learns"`` (well below it,
+    above pre-LN at 3e-3) or ``"better"`` (below pre-LN at 3e-3)."""
+    from .ch01 import answer_given
+
+    answer = answer_given(post_ln_at_lower_lr, "post_ln_at_lower_lr", '"plateau", "learns" or "better"')
+    if answer not in ("plateau", "learns", "better"):
+        raise CheckFailed(f'post_ln_at_lower_lr = {answer!r}; choose one of "plateau", "learns", "better"')
+    if answer == "plateau":
+        raise CheckFailed("plateau: what goes wrong without warmup is the size of the first updates on "
+                          "post-LN's large near-output gradients; a smaller constant rate also makes them "
+                          "smaller, which is what warmup does at the start")
+    if answer == "better":
+        raise CheckFailed("better: a smaller rate makes every step smaller, the late ones too; in the "
+                          "same 200 steps that costs progress")
+    return "post-LN's failure was the large early updates, not the wiring itself (measured after the check)"
+
+
+@exercise_check
+def check_deepnorm_block(deepnorm_block: Callable) -> str:
+    """``deepnorm_block(x, attn, ff, norm1, norm2, alpha)``: post-LN with the residual up-weighted,
+    ``h = norm1(alpha * x + attn(x))``, ``norm2(alpha * h + ff(h))``."""
+    cases = [("layernorm", (2, 5, 16), 2, 2.0), ("layernorm", (1, 7, 8), 1, 24 ** 0.25), ("rmsnorm", (3, 4, 16), 4, 1.0)]
+    for seed, (norm, shape, heads, alpha) in enumerate(cases):
+        block = _ch06_block("post", norm, 20 + seed, d_model=shape[-1], num_heads=heads)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(680 + seed))
+        with torch.no_grad():
+            h = block.norm1(alpha * x + block.attn(x))
+            expected = block.norm2(alpha * h + block.ff(h))
+            got = deepnorm_block(x.clone(), block.attn, block.ff, block.norm1, block.norm2, alpha)
+            what = f"deepnorm_block(x of shape {shape}, {norm}, alpha={alpha:.3g})"
+            check_shape(got, shape, what=what)
+            got = _as_tensor(got)
+            h_wrong = block.norm1(x + alpha * block.attn(x))
+            if alpha != 1 and torch.allclose(got, block.norm2(h_wrong + alpha * block.ff(h_wrong)), atol=1e-5):
+                raise CheckFailed(f"{what}: alpha multiplies the residual x (the stream), not the "
+                                  "sublayer's output")
+        assert_same(got, expected, what=f"{what} (expected h = norm1(alpha x + attn(x)); "
+                                        "norm2(alpha h + ff(h)))", atol=1e-5, rtol=1e-4)
+    return f"{len(cases)} DeepNorm blocks; alpha = 1 is plain post-LN"

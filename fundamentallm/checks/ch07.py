@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .core import CheckFailed, _as_tensor, assert_same, check_shape, exercise_check
 
 
 def _ch07_rng(seed: int) -> torch.Generator:
@@ -34,25 +34,6 @@ def check_feed_forward(feed_forward: Callable) -> str:
         check_shape(got, tuple(expected.shape), what=f"output for x of shape {shape}, d_ff={d_ff}")
         assert_same(got, expected, what=f"output for x of shape {shape}, d_ff={d_ff}")
     return f"{len(cases)} cases equal F.linear + F.gelu(approximate='tanh')"
-
-
-@exercise_check(forbidden=("fundamentallm.feedforward.FeedForward.forward",))
-def check_swiglu(swiglu: Callable) -> str:
-    """``swiglu(x, w_gate, w_up, w_down)`` = ``down(silu(gate(x)) * up(x))`` (no biases),
-    compared with a reference written with ``F.silu``."""
-    F_ = torch.nn.functional
-    cases = [((2, 3, 8), 24), ((4, 6), 16), ((1, 1, 4), 8)]
-    for seed, (shape, d_ff) in enumerate(cases):
-        g = _ch07_rng(10 + seed)
-        d_model = shape[-1]
-        x = torch.randn(shape, generator=g, dtype=torch.float64) * 2.0
-        w_gate, w_up = (torch.randn(d_ff, d_model, generator=g, dtype=torch.float64) for _ in range(2))
-        w_down = torch.randn(d_model, d_ff, generator=g, dtype=torch.float64) / d_ff ** 0.5
-        expected = F_.linear(F_.silu(F_.linear(x, w_gate)) * F_.linear(x, w_up), w_down)
-        got = swiglu(x.clone(), w_gate.clone(), w_up.clone(), w_down.clone())
-        check_shape(got, tuple(expected.shape), what=f"output for x of shape {shape}, d_ff={d_ff}")
-        assert_same(got, expected, what=f"output for x of shape {shape}, d_ff={d_ff}")
-    return f"{len(cases)} cases equal down(silu(gate(x)) * up(x))"
 
 
 # GPT-2 small with tied embeddings, as reported for the published checkpoint.
@@ -92,64 +73,6 @@ def check_count_parameters(count_parameters: Callable) -> str:
     return f"{len(variants)} configurations and GPT-2 small ({_GPT2_SMALL_PARAMETERS:,})"
 
 
-def _ch07_leak_reference(model_fn: Callable, input_ids: torch.Tensor, vocab_size: int,
-                         atol: float) -> torch.Tensor:
-    base = model_fn(input_ids)
-    T = input_ids.shape[1]
-    changed = torch.zeros(T, T, dtype=torch.bool)
-    for t in range(T):
-        ids = input_ids.clone()
-        ids[0, t] = (ids[0, t] + 1) % vocab_size
-        diff = (model_fn(ids) - base).abs().amax(dim=-1)[0]  # (T,)
-        changed[t] = diff > atol
-    return changed
-
-
-@exercise_check
-def check_causal_leak_test(causal_leak_test: Callable) -> str:
-    """``causal_leak_test(model_fn, input_ids, vocab_size, atol=1e-6)`` -> bool ``(T, T)`` with
-    ``[t, s]`` True when changing token t changes the logits at position s. Run on a causal model,
-    a bidirectional one, and a model that leaks one future token into one position."""
-    from ..config import TransformerConfig
-    from ..model import Transformer
-
-    torch.manual_seed(7)
-    cfg = dict(vocab_size=16, d_model=32, num_heads=4, num_layers=2, max_seq_len=16)
-    causal = Transformer(TransformerConfig(**cfg)).eval()
-    bidirectional = Transformer(TransformerConfig(**cfg, causal=False)).eval()
-
-    def run(model):
-        return lambda ids: model(ids)[0].detach()
-
-    def one_leak(ids):  # position 2 sees token 5: a bug hiding in the middle of the sequence
-        logits = run(causal)(ids).clone()
-        logits[:, 2] += 0.1 * ids[:, 5:6].to(logits.dtype)
-        return logits
-
-    models = {"a causal model": run(causal), "a bidirectional model": run(bidirectional),
-              "a model where position 2 sees token 5": one_leak}
-    for seed, T in ((0, 8), (1, 1), (2, 12)):
-        ids = torch.randint(0, 16, (1, T), generator=_ch07_rng(20 + seed))
-        for name, fn in models.items():
-            if T < 6 and name.startswith("a model where"):
-                continue
-            expected = _ch07_leak_reference(fn, ids, 16, 1e-6)
-            before = ids.clone()
-            got = causal_leak_test(fn, ids, 16, atol=1e-6)
-            if not torch.equal(ids, before):
-                raise CheckFailed("your function changed the caller's input_ids: clone before editing")
-            check_shape(got, (T, T), what=f"result for {name}, T={T}")
-            got = torch.as_tensor(np.asarray(got) if not isinstance(got, torch.Tensor) else got)
-            if got.dtype != torch.bool:
-                raise CheckFailed(f"result for {name}: expected a boolean tensor, got dtype {got.dtype}")
-            if not torch.equal(got, expected):
-                t, s = (int(i) for i in (got != expected).nonzero()[0])
-                raise CheckFailed(f"{name}, T={T}: entry [t={t}, s={s}] (does changing token {t} "
-                                  f"change the logits at position {s}?) should be "
-                                  f"{bool(expected[t, s])}, got {bool(got[t, s])}")
-    return "causal, bidirectional and single-leak models classified correctly"
-
-
 def _ffn_count(d_model: int, d_ff: int, activation: str) -> int:
     """Parameters of a FeedForward with biases: GELU 2·d·f + f + d, SwiGLU 3·d·f + 2·f + d."""
     if activation == "swiglu":
@@ -183,3 +106,133 @@ def check_swiglu_matched_width(swiglu_matched_width: Callable) -> str:
                 f"GELU FFN has {target:,} and another width comes within {best:,} of it -- count the "
                 "biases too (up and gate have one each)")
     return f"the closest parameter match on {len(cases)} shapes"
+
+
+def _ch07_measured_resources(cfg: dict, batch_size: int, seq_len: int) -> tuple[int, int, int]:
+    """(parameters, forward FLOPs counted by torch's FlopCounterMode, bytes of float32 parameters,
+    gradients and AdamW's two moment buffers after one step) of the package's model."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ..config import TransformerConfig
+    from ..model import Transformer
+
+    torch.manual_seed(70)
+    model = Transformer(TransformerConfig(**cfg, attn_impl="explicit"))
+    ids = torch.randint(0, cfg["vocab_size"], (batch_size, seq_len), generator=torch.Generator().manual_seed(71))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(ids)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    _, loss = model(ids, ids)
+    loss.backward()
+    optimizer.step()
+    params = list(model.parameters())
+    tensors = params + [p.grad for p in params] + [
+        t for p in params for key, t in optimizer.state[p].items() if key != "step"]
+    return model.num_parameters(), int(counter.get_total_flops()), sum(t.numel() * t.element_size() for t in tensors)
+
+
+@exercise_check(forbidden=("torch.utils.flop_counter", "fundamentallm.model", "fundamentallm.feedforward",
+                           "fundamentallm.attention"))
+def check_resource_accounting(resource_accounting: Callable) -> str:
+    """``resource_accounting(config, num_parameters, batch_size, seq_len)`` -> ``{"forward_flops": int,
+    "training_bytes": int}``: the FLOPs of one forward pass (matrix products only, 2 per multiply-add)
+    and the float32 bytes of parameters, gradients and AdamW state, by hand; compared with
+    ``FlopCounterMode`` and the tensors of a real AdamW step."""
+    base = dict(vocab_size=50, d_model=32, num_heads=4, num_layers=2, max_seq_len=16)
+    cases = [({}, 2, 16), ({"activation": "swiglu"}, 1, 8), ({"d_ff": 48, "num_layers": 3}, 3, 5),
+             ({"vocab_size": 97, "d_model": 24, "num_heads": 2, "num_layers": 1, "max_seq_len": 12}, 2, 12)]
+    for overrides, B, T in cases:
+        cfg = {**base, **overrides}
+        P, flops, nbytes = _ch07_measured_resources(cfg, B, T)
+        got = resource_accounting(dict(cfg), P, B, T)
+        what = f"config {cfg}, batch {B}, seq_len {T}"
+        if not isinstance(got, dict) or set(got) != {"forward_flops", "training_bytes"}:
+            raise CheckFailed(f"{what}: return a dict with the keys 'forward_flops' and 'training_bytes'")
+        f = int(got["forward_flops"])
+        if f != flops:
+            C, L, V = cfg["d_model"], cfg["num_layers"], cfg["vocab_size"]
+            attention = L * 4 * B * T * T * C
+            head = 2 * B * T * C * V
+            hints = [(flops - attention, "you left out attention's two products, Q K^T and weights @ V "
+                                         "(2 B T^2 C FLOPs each per layer)"),
+                     (flops - head, "the output layer still multiplies (2 B T C V FLOPs) even though "
+                                    "its weight is tied to the embedding"),
+                     (flops // 2, "a multiply-add counts as 2 FLOPs"),
+                     (2 * P * B * T, "2 x parameters x tokens is the usual estimate, not the count: the "
+                                     "embedding tables are looked up, not multiplied, norms and biases "
+                                     "are not matrix products, and attention's T^2 products have no "
+                                     "parameters")]
+            why = next((h for v, h in hints if f == v), "count the matrix products layer by layer")
+            raise CheckFailed(f"{what}: forward_flops = {f:,}, measured {flops:,}: {why}")
+        b = int(got["training_bytes"])
+        if b != nbytes:
+            why = {4 * P: "parameters alone; training also keeps a gradient and AdamW's two moments per parameter",
+                   8 * P: "AdamW keeps two moment buffers (exp_avg, exp_avg_sq), not one",
+                   12 * P: "add the gradients: one float per parameter"}.get(b, "4 bytes per float32 number")
+            raise CheckFailed(f"{what}: training_bytes = {b:,}, measured {nbytes:,}: {why}")
+    return f"FLOPs and training memory of {len(cases)} models equal the measured ones"
+
+
+@exercise_check(may_return_none=True)
+def check_swiglu_ablation_prediction(lower_error) -> str:
+    """``lower_error``: which FFN, at (almost) equal parameters, reaches the lower training error on
+    the chapter's memorisation task: ``"gelu"``, ``"swiglu"`` or ``"same"`` (within the noise)."""
+    from .ch01 import answer_given
+
+    answer = answer_given(lower_error, "lower_error", 'one of "gelu", "swiglu", "same"')
+    if answer not in ("gelu", "swiglu", "same"):
+        raise CheckFailed(f'lower_error = {answer!r}; choose one of "gelu", "swiglu", "same"')
+    if answer == "gelu":
+        raise CheckFailed("gelu: at equal parameters the GELU network has the wider hidden layer, but "
+                          "each SwiGLU unit computes a product of two projections, a richer function "
+                          "per parameter; which matters more here?")
+    if answer == "same":
+        raise CheckFailed("same: the parameter counts match, but the functions they compute do not; "
+                          "the gate's product of two projections is not something a GELU unit can form")
+    return "the gated unit stores more associations per parameter (measured after the check over 3 seeds)"
+
+
+@exercise_check
+def check_parallel_block(parallel_block: Callable) -> str:
+    """``parallel_block(x, attn, ff, norm)``: the GPT-J / PaLM block, ``x + attn(norm(x)) +
+    ff(norm(x))`` with one shared norm; the modules of a random package block."""
+    from .ch06 import _ch06_block
+
+    cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 6, 16), 4), ("layernorm", (3, 1, 8), 1)]
+    for seed, (norm, shape, heads) in enumerate(cases):
+        block = _ch06_block("pre", norm, 40 + seed, d_model=shape[-1], num_heads=heads)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(740 + seed))
+        with torch.no_grad():
+            n = block.norm1(x)
+            expected = x + block.attn(n) + block.ff(n)
+            got = parallel_block(x.clone(), block.attn, block.ff, block.norm1)
+            what = f"parallel_block(x of shape {shape}, {norm}, {heads} heads)"
+            check_shape(got, shape, what=what)
+            got = _as_tensor(got)
+            h = x + block.attn(n)
+            if torch.allclose(got, h + block.ff(block.norm1(h)), atol=1e-5, rtol=1e-4):
+                raise CheckFailed(f"{what}: that is the sequential pre-LN block; in the parallel block "
+                                  "the feed-forward network reads norm(x), not the stream after attention")
+        assert_same(got, expected, what=f"{what} (expected x + attn(norm(x)) + ff(norm(x)))", atol=1e-5, rtol=1e-4)
+    return f"{len(cases)} parallel blocks: both sublayers read the same normalized input"
+
+
+@exercise_check(may_return_none=True)
+def check_leak_reach_prediction(leak_reach) -> str:
+    """``leak_reach``: with the mask ``tril(1)`` (each query also sees the next key), how many
+    positions back a change of one token can reach after one attention layer and after three."""
+    from .ch01 import answer_given
+
+    answer = answer_given(leak_reach, "leak_reach", 'a dict {"one_layer": int, "three_layers": int}')
+    if not isinstance(answer, dict) or set(answer) != {"one_layer", "three_layers"}:
+        raise CheckFailed('leak_reach needs exactly the keys ["one_layer", "three_layers"]')
+    for key in ("one_layer", "three_layers"):
+        if isinstance(answer[key], bool) or not isinstance(answer[key], int):
+            raise CheckFailed(f"leak_reach[{key!r}] should be an int, got {answer[key]!r}")
+    if answer["one_layer"] != 1:
+        raise CheckFailed("one_layer: query s reads keys up to s + 1, so a change at position t reaches "
+                          "the outputs at t and t - 1: one position back")
+    if answer["three_layers"] != 3:
+        raise CheckFailed("three_layers: each layer's output at s already holds information from s + 1, and "
+                          "the next layer reads it one position further back: the leaks add up")
+    return "one position per layer: a leak compounds with depth"
