@@ -36,3 +36,34 @@ def table_tests(correct: dict, wrong: dict):
             checks.CHECKS[name](wrong[name][i])
 
     return test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer
+
+
+def wrong_answer_tests(rows):
+    """One test per row ``(check name, wrong answer, regex)``: the check fails the answer with a
+    message that names the check and matches ``regex`` (what the student is told is wrong).
+    Correct answers and stubs need no table: tests/test_course.py runs every solution and every
+    answer stub of the book against its check."""
+    import re
+
+    @pytest.mark.parametrize("name,answer,message", rows, ids=[f"{r[0][6:]}-{i}" for i, r in enumerate(rows)])
+    def test_wrong_answer_gets_its_message(name, answer, message):
+        with pytest.raises(CheckFailed, match=name) as info:
+            checks.CHECKS[name](answer)
+        assert re.search(message, str(info.value)), f"{name}: the message was: {info.value}"
+
+    return test_wrong_answer_gets_its_message
+
+
+def wrong_call_tests(rows):
+    """Like :func:`wrong_answer_tests` for checks of several answers (a prediction and a function):
+    one test per row ``(check name, tuple of answers, regex)``, the check called with
+    ``*answers``."""
+    import re
+
+    @pytest.mark.parametrize("name,answers,message", rows, ids=[f"{r[0][6:]}-{i}" for i, r in enumerate(rows)])
+    def test_wrong_answers_get_their_message(name, answers, message):
+        with pytest.raises(CheckFailed, match=name) as info:
+            checks.CHECKS[name](*answers)
+        assert re.search(message, str(info.value)), f"{name}: the message was: {info.value}"
+
+    return test_wrong_answers_get_their_message
