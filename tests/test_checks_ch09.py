@@ -56,7 +56,7 @@ ROWS = [
     ("check_adam_first_step", ([-1.0, -1e-9, -1e-12],), r"does not scale with the gradient"),
     ("check_adam_first_step", ([-1e-3, -1e-3, -1e-3],), r"gradient 1e-09: .*eps"),
     ("check_adam_first_step", ([-1e-3, -1e-3],), r"a list of 3 numbers"),
-    ("check_fit_power_law", (lambda n, l: (1.0, 0.0),), r"alpha|a "),
+    ("check_fit_power_law", (lambda sizes, losses: (1.0, 0.0),), r"alpha|a "),
 ]
 
 test_wrong_answers_get_their_message = wrong_call_tests(ROWS)
@@ -71,4 +71,4 @@ def test_fit_power_law_recovers_an_exact_law():
     a, alpha = fit_power_law([10, 100, 1000], [5.0 * n ** -0.3 for n in (10, 100, 1000)])
     assert abs(a - 5.0) < 1e-9 and abs(alpha - 0.3) < 1e-12
     with pytest.raises(CheckFailed):
-        checks.check_fit_power_law(lambda n, l: (1.0, 0.0))
+        checks.check_fit_power_law(lambda sizes, losses: (1.0, 0.0))

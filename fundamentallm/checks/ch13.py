@@ -190,8 +190,9 @@ def check_first_divergence(first_divergence: Callable) -> str:
               "reads a zero-mean LayerNorm output): compare outputs, not parameters",
               changed("blocks.1.ff.up.weight", 0.05, constant=True), None)]
     for what, other, expected in cases:
-        got = first_divergence(dict(config), {k: v.clone() for k, v in base.items()},
-                               {k: v.clone() for k, v in other.items()}, ids.clone(), atol=1e-5)
+        with torch.random.fork_rng():  # building the models draws from the global RNG
+            got = first_divergence(dict(config), {k: v.clone() for k, v in base.items()},
+                                   {k: v.clone() for k, v in other.items()}, ids.clone(), atol=1e-5)
         if got != expected:
             raise CheckFailed(f"{what}: expected {expected!r}, got {got!r}")
     return f"{len(cases)} pairs of weights: the first differing submodule found each time"
