@@ -58,38 +58,6 @@ def check_char_encode(char_encode: Callable) -> str:
     return f"correct on {len(cases)} texts, unknown characters included"
 
 
-@exercise_check(forbidden=("fundamentallm.tokenizers._merge",))
-def check_merge_pair(merge_pair: Callable) -> str:
-    """``merge_pair(ids, pair, new_id)`` -> a new list, every non-overlapping occurrence of ``pair``
-    (scanning left to right) replaced by ``new_id``."""
-    g = torch.Generator().manual_seed(801)
-    cases = [
-        ("[1, 2, 3, 1, 2] with (1, 2) -> 4", [1, 2, 3, 1, 2], (1, 2), 4),
-        ("[1, 1, 1] with (1, 1) -> 9 (left to right: [9, 1])", [1, 1, 1], (1, 1), 9),
-        ("[1, 1, 1, 1] with (1, 1) -> 9", [1, 1, 1, 1], (1, 1), 9),
-        ("[3, 4, 5] with the absent pair (4, 3)", [3, 4, 5], (4, 3), 7),
-        ("[3, 4] with (3, 4) -> 256 (the whole list)", [3, 4], (3, 4), 256),
-        ("an empty list", [], (1, 2), 3),
-        ("200 random ids in [0, 3) with (0, 1) -> 3",
-         torch.randint(3, (200,), generator=g).tolist(), (0, 1), 3),
-    ]
-    for name, ids, pair, new_id in cases:
-        ids_copy = list(ids)
-        got = _ch08_int_list(merge_pair(ids_copy, pair, new_id), f"result for {name}")
-        if ids_copy != ids:
-            raise CheckFailed(f"for {name}: you modified ids in place; return a new list")
-        expected, i = [], 0
-        while i < len(ids):  # reference: a left-to-right scan
-            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
-                expected.append(new_id)
-                i += 2
-            else:
-                expected.append(ids[i])
-                i += 1
-        _ch08_compare_ids(got, expected, f"result for {name}")
-    return f"correct on {len(cases)} cases, overlapping pairs included"
-
-
 @exercise_check
 def check_make_windows(make_windows: Callable) -> str:
     """``make_windows(ids, block_size)`` -> ``(x, y)``, each ``(N, block_size)`` with
