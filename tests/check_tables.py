@@ -52,3 +52,18 @@ def wrong_answer_tests(rows):
         assert re.search(message, str(info.value)), f"{name}: the message was: {info.value}"
 
     return test_wrong_answer_gets_its_message
+
+
+def wrong_call_tests(rows):
+    """Like :func:`wrong_answer_tests` for checks of several answers (a prediction and a function):
+    one test per row ``(check name, tuple of answers, regex)``, the check called with
+    ``*answers``."""
+    import re
+
+    @pytest.mark.parametrize("name,answers,message", rows, ids=[f"{r[0][6:]}-{i}" for i, r in enumerate(rows)])
+    def test_wrong_answers_get_their_message(name, answers, message):
+        with pytest.raises(CheckFailed, match=name) as info:
+            checks.CHECKS[name](*answers)
+        assert re.search(message, str(info.value)), f"{name}: the message was: {info.value}"
+
+    return test_wrong_answers_get_their_message

@@ -1,118 +1,43 @@
-"""The chapter 8 exercise checks: they pass correct answers and fail, with CheckFailed, a stub and
-plausible wrong answers."""
+"""The chapter 8 exercise checks, as a table: each wrong answer and the message it must get.
+(Every book solution passes and every answer stub counts as not attempted: tests/test_course.py.)"""
 
 from __future__ import annotations
 
-from collections import Counter
+import re
 
-import pytest
 import torch
 from book_solutions import book_solution
-from check_tables import table_tests
+from check_tables import wrong_call_tests
 
-from fundamentallm import checks
-from fundamentallm.checks import CheckFailed
-from fundamentallm.data import TextDataset
-from fundamentallm.tokenizers import CharacterTokenizer, _merge
-
-# --- correct answers ---------------------------------------------------------------------------
-
+from fundamentallm.tokenizers import CharacterTokenizer
 
 char_encode = book_solution("ch08-ex1", "char_encode")
-
-
-get_pair_counts = book_solution("ch08-ex2", "get_pair_counts")
-
-
-merge_pair = book_solution("ch08-ex3", "merge_pair")
-
-
+chunked_bpe_encode = book_solution("ch08-ex3", "chunked_bpe_encode")
 make_windows = book_solution("ch08-ex4", "make_windows")
+target_counts = book_solution("ch08-ex5", "target_counts")
+PREDICTED = [0, 1, 2, 3, 3, 3, 3, 3, 2, 1]
 
 
-def make_windows_package(ids, block_size):
-    """The package's TextDataset, stacked: also a correct answer."""
-    ds = TextDataset(ids, block_size)
-    xs, ys = zip(*(ds[i] for i in range(len(ds))))
-    return torch.stack(xs), torch.stack(ys)
+def _encode_without_chunks(text, merges, pattern):
+    """The whole text at once: merges cross the chunk boundaries."""
+    return chunked_bpe_encode(text, merges, r"(?s).+")
 
 
-CORRECT = {
-    "check_char_encode": [char_encode, lambda text, stoi, unk_id: torch.tensor(
-        [stoi.get(c, unk_id) for c in text], dtype=torch.long)],
-    "check_get_pair_counts": [get_pair_counts, lambda ids: Counter(zip(ids, ids[1:]))],
-    "check_merge_pair": [merge_pair, _merge],
-    "check_make_windows": [make_windows, make_windows_package],
-}
-
-
-def _merge_with_str_replace(ids, pair, new_id):
-    """Merges only the first occurrence."""
-    for i in range(len(ids) - 1):
-        if (ids[i], ids[i + 1]) == pair:
-            return ids[:i] + [new_id] + ids[i + 2:]
-    return list(ids)
-
-
-def _merge_right_to_left(ids, pair, new_id):
-    return merge_pair(ids[::-1], pair[::-1], new_id)[::-1]
-
-
-def _merge_in_place(ids, pair, new_id):
-    ids[:] = merge_pair(ids, pair, new_id)
-    return ids
-
-
-WRONG = {
-    "check_char_encode": [
-        lambda text, stoi, unk_id: [stoi[c] for c in text if c in stoi],  # drops unknown chars
-        lambda text, stoi, unk_id: [stoi.get(c, 1) for c in text],  # unk_id hard-coded to 1
-        lambda text, stoi, unk_id: [stoi.setdefault(c, len(stoi)) for c in text],  # grows stoi
-    ],
-    "check_get_pair_counts": [
-        lambda ids: {p: 1 for p in zip(ids, ids[1:])},  # presence, not counts
-        lambda ids: dict(Counter(zip(ids[::2], ids[1::2]))),  # non-overlapping pairs only
-        lambda ids: dict(Counter(zip(ids, ids[2:]))),  # skips one
-    ],
-    "check_merge_pair": [_merge_with_str_replace, _merge_right_to_left, _merge_in_place,
-                         lambda ids, pair, new_id: [new_id if (a, b) == pair else a
-                                                    for a, b in zip(ids, ids[1:] + [None])]],
-    "check_make_windows": [
-        lambda ids, T: (lambda x, y: (x[:-1], y[:-1]))(*make_windows(ids, T)),  # drops the last
-        lambda ids, T: (lambda x, y: (x, x))(*make_windows(ids, T)),  # y not shifted
-        lambda ids, T: make_windows(ids, T)[0],  # returns only x
-        lambda ids, T: (lambda x, y: (x.T, y.T))(*make_windows(ids, T)),  # (T, N)
-    ],
-}
-
-
-test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \
-    table_tests(CORRECT, WRONG)
-
-
-def test_char_encode_agrees_with_the_package_tokenizer():
-    tok = CharacterTokenizer.from_text("hello world")
-    assert char_encode("hello, there", tok.stoi, tok.UNK) == tok.encode("hello, there")
-
-
-def test_messages_point_at_the_mistake():
-    with pytest.raises(CheckFailed, match="unk_id"):
-        checks.check_char_encode(WRONG["check_char_encode"][0])
-    with pytest.raises(CheckFailed, match="modified its argument 1 in place"):
-        checks.check_merge_pair(_merge_in_place)
-    with pytest.raises(CheckFailed, match=r"expected shape \(7, 3\), got \(6, 3\)"):
-        checks.check_make_windows(WRONG["check_make_windows"][0])
-
-
-# --- target_counts: predict, then measure ----------------------------------------------------
-
-
-def _target_counts(n, block_size):
-    """Window i (0 <= i < n - T) has targets i + 1 .. i + T: token j is one for i in [j - T, j - 1]."""
-    j = torch.arange(n)
-    last = torch.clamp(j - 1, max=n - block_size - 1)
-    first = torch.clamp(j - block_size, min=0)
-    return (last - first + 1).clamp(min=0)
+def _chunks_latest_merge_first(text, merges, pattern):
+    """Within each chunk, applies the latest-learned merge present first."""
+    out = []
+    for chunk in re.findall(pattern, text):
+        ids = list(chunk.encode("utf-8"))
+        while present := [p for p in zip(ids, ids[1:]) if p in merges]:
+            pair, merged, i = max(present, key=merges.get), [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    merged, i = merged + [merges[pair]], i + 2
+                else:
+                    merged, i = merged + [ids[i]], i + 1
+            ids = merged
+        out += ids
+    return out
 
 
 def _target_counts_inputs(n, block_size):
@@ -123,12 +48,49 @@ def _target_counts_inputs(n, block_size):
     return counts
 
 
-def test_target_counts_correct(capsys):
-    assert checks.check_target_counts(_target_counts) is True
-    assert "passed" in capsys.readouterr().out
+ROWS = [
+    ("check_char_encode", (lambda text, stoi, unk_id: [stoi[c] for c in text if c in stoi],),
+     r"expected \d+ ids, got \d+"),
+    ("check_char_encode", (lambda text, stoi, unk_id: [stoi.get(c, 1) for c in text],),
+     r"unk_id=99"),
+    ("check_char_encode", (lambda text, stoi, unk_id: [stoi.setdefault(c, len(stoi)) for c in text],),
+     r"you changed stoi"),
+    ("check_bpe_prediction", (["abc", "abc", "abd"],), r"token 0 differs .* tie rule"),
+    ("check_bpe_prediction", (["ab", "c", "ab", "c", "ab", "d"],), r"token 1 differs"),
+    ("check_bpe_prediction", (["abcabc", "ab"],), r"join to 'abcabcab'"),
+    ("check_bpe_prediction", ("ab cab cab d",), r"must be a list of strings"),
+    ("check_chunked_bpe_encode", (_encode_without_chunks,), r"encoded the whole text at once"),
+    ("check_chunked_bpe_encode", (_chunks_latest_merge_first,), r"first mismatch at position"),
+    ("check_chunked_bpe_encode", (lambda text, merges, pattern: list(text.encode()),),
+     r"expected \d+ ids, got \d+"),
+    ("check_make_windows", (lambda ids, T: (lambda x, y: (x[:-1], y[:-1]))(*make_windows(ids, T)),),
+     r"expected shape \(7, 3\), got \(6, 3\)"),
+    ("check_make_windows", (lambda ids, T: (lambda x, y: (x, x))(*make_windows(ids, T)),),
+     r"y for .*shifted"),
+    ("check_make_windows", (lambda ids, T: make_windows(ids, T)[0],), r"return a pair \(x, y\)"),
+    ("check_make_windows", (lambda ids, T: (lambda x, y: (x.T, y.T))(*make_windows(ids, T)),),
+     r"expected shape \(7, 3\), got \(3, 7\)"),
+    ("check_target_counts", (target_counts, [0, 1, 2, 3, 3, 3, 3, 3, 3, 3]),
+     r"token 8 is a target of 2 windows, not 3"),
+    ("check_target_counts", (target_counts, [3] * 10), r"token 0 is a target of 0 windows"),
+    ("check_target_counts", (target_counts, PREDICTED[:9]), r"expected 10 counts"),
+    ("check_target_counts", (_target_counts_inputs, PREDICTED), r"target_counts\(10, 3\)"),
+    ("check_target_counts", (lambda n, t: torch.full((n,), t), PREDICTED), r"target_counts\(10, 3\)"),
+]
+
+test_wrong_answers_get_their_message = wrong_call_tests(ROWS)
 
 
-@pytest.mark.parametrize("wrong", [_target_counts_inputs, lambda n, t: torch.full((n,), t)])
-def test_target_counts_wrong(wrong):
-    with pytest.raises(CheckFailed, match="check_target_counts"):
-        checks.check_target_counts(wrong)
+def test_char_encode_agrees_with_the_package_tokenizer():
+    tok = CharacterTokenizer.from_text("hello world")
+    assert char_encode("hello, there", tok.stoi, tok.UNK) == tok.encode("hello, there")
+
+
+def test_chunked_encode_equals_the_package_tokenizer_on_its_own_merges():
+    from fundamentallm.checks.ch08 import _CH08_PATTERN, _ch08_train_bpe
+    from fundamentallm.tokenizers import ByteBPETokenizer
+
+    text = "the cat sat on the mat; the hat sat on the cat. " * 4
+    merges = _ch08_train_bpe(text, 30)
+    tok = ByteBPETokenizer(list(merges), pattern=_CH08_PATTERN)
+    assert chunked_bpe_encode("the rat sat", merges, _CH08_PATTERN) == tok.encode("the rat sat")

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from check_tables import table_tests
+from check_tables import wrong_call_tests
 
 from fundamentallm import checks
-from fundamentallm.attention import allowed_keys
 from fundamentallm.checks import CheckFailed
-from fundamentallm.moe import load_balancing_loss as pkg_load_balancing_loss
 
 # --- correct answers ---------------------------------------------------------------------------
 
@@ -35,68 +33,64 @@ def load_balancing_loss(probs, idx, E):
     return E * (f * probs.mean(0)).sum()
 
 
-def influence(model, x, t):
-    x = x.clone().requires_grad_(True)
-    model(x)[:, t].sum().backward()
+def influence(windows, T, t):
+    from fundamentallm.attention import MultiHeadAttention
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        layers = [MultiHeadAttention(16, 4, causal=True, sliding_window=w).double() for w in windows]
+        x = torch.randn(1, T, 16, dtype=torch.float64, requires_grad=True)
+    h = x
+    for layer in layers:
+        h = h + layer(h)
+    h[:, t].sum().backward()
     return x.grad.abs().sum(dim=(0, 2)) != 0
 
 
-def influence_by_perturbation(model, x, t):
-    with torch.no_grad():
-        base = model(x)[:, t]
-        out = []
-        for j in range(x.shape[1]):
-            nudged = x.clone()
-            nudged[:, j] += 1.0
-            out.append(not torch.equal(model(nudged)[:, t], base))
-    return torch.tensor(out)
-
-
-def one_window(model, x, t):  # only the last layer's window: misses the layers below
-    w = model[-1].attention.sliding_window or x.shape[1]
-    j = torch.arange(x.shape[1])
+def one_window(windows, T, t):  # only the last layer's window: misses the layers below
+    w = windows[-1] or T
+    j = torch.arange(T)
     return (j <= t) & (j > t - w)
 
 
-CORRECT = {
-    "check_repeat_kv": [repeat_kv, repeat_kv_index],
-    "check_window_mask_at": [window_mask_at, allowed_keys],
-    "check_load_balancing_loss": [load_balancing_loss, pkg_load_balancing_loss],
-    "check_influence": [influence, influence_by_perturbation],
-}
-
-WRONG = {
-    "check_repeat_kv": [
-        lambda x, g: x.repeat_interleave(g, dim=1),               # the forbidden shortcut
-        lambda x, g: torch.repeat_interleave(x, g, dim=1),        # the same, as a function
-        lambda x, g: x.repeat(1, g, 1, 1),                        # tiles heads: 0,1,0,1 not 0,0,1,1
-        lambda x, g: x,                                           # forgets to repeat
-    ],
-    "check_window_mask_at": [
-        lambda q, k, s, W: torch.ones(q, k, dtype=torch.bool).tril(s),              # plain causal
-        lambda q, k, s, W: window_mask_at(q, k, s, W + 1),                          # off by one
-        lambda q, k, s, W: window_mask_at(q, k, s, W).float(),                      # not boolean
-        lambda q, k, s, W: window_mask_at(q, k, 0, W),                              # ignores start
-        lambda q, k, s, W: torch.ones(k, k, dtype=torch.bool).tril().triu(1 - W)[-q:],  # square
-    ],
-    "check_load_balancing_loss": [
-        lambda p, i, E: E * (torch.zeros_like(p).scatter(1, i, 1.0).mean(0) * p.mean(0)).sum().detach(),
-        lambda p, i, E: (torch.zeros_like(p).scatter(1, i, 1.0).mean(0) * p.mean(0)).sum(),  # no E
-        lambda p, i, E: E * (p.mean(0) * p.mean(0)).sum(),        # probabilities for f
-        lambda p, i, E: E * (torch.zeros_like(p).scatter(1, i, p).mean(0) * p.mean(0)).sum(),  # grad via f
-    ],
-    "check_influence": [
-        one_window,
-        lambda m, x, t: torch.arange(x.shape[1]) <= t,                        # every earlier token
-        lambda m, x, t: influence(m, x, t).float(),                           # not boolean
-        lambda m, x, t: torch.ones(x.shape[1], dtype=torch.bool),             # looks ahead
-        lambda m, x, t: influence(m, x.mul_(2), t),                           # changes x
-    ],
-}
+WINDOWED, MIXED = list(range(6, 16)), list(range(16))
 
 
-test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \
-    table_tests(CORRECT, WRONG)
+def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number=2, window=None):
+    kept = seq_len if window is None else min(seq_len, window)
+    return 2 * num_layers * num_kv_heads * head_dim * bytes_per_number * kept
+
+
+ROWS = [
+    ("check_repeat_kv", (lambda x, g: x.repeat_interleave(g, dim=1),), r"asks you not to use .*repeat_interleave"),
+    ("check_repeat_kv", (lambda x, g: x.repeat(1, g, 1, 1),), r"check_repeat_kv"),
+    ("check_repeat_kv", (lambda x, g: x,), r"expected shape"),
+    ("check_window_mask_at", (lambda q, k, s, W: torch.ones(q, k, dtype=torch.bool).tril(s),), r"check_window_mask_at"),
+    ("check_window_mask_at", (lambda q, k, s, W: window_mask_at(q, k, s, W + 1),), r"check_window_mask_at"),
+    ("check_window_mask_at", (lambda q, k, s, W: window_mask_at(q, k, 0, W),), r"check_window_mask_at"),
+    ("check_load_balancing_loss", (lambda p, i, E: E * (torch.zeros_like(p).scatter(1, i, 1.0).mean(0)
+                                                         * p.mean(0)).sum().detach(),), r"check_load_balancing_loss"),
+    ("check_load_balancing_loss", (lambda p, i, E: E * (p.mean(0) * p.mean(0)).sum(),), r"check_load_balancing_loss"),
+    ("check_influence", (influence, list(range(12, 16)), MIXED), r"predicted_windowed: .* is not right"),
+    ("check_influence", (influence, WINDOWED, list(range(3, 16))), r"predicted_mixed: .* is not right"),
+    ("check_influence", (influence, None, MIXED), r"predicted_windowed is None: not attempted"),
+    ("check_influence", (one_window, WINDOWED, MIXED), r"input position \d+ can change the output"),
+    ("check_influence", (lambda w, T, t: torch.arange(T) <= t, WINDOWED, MIXED), r"cannot change the output"),
+    ("check_influence", (lambda w, T, t: influence(w, T, t).float(), WINDOWED, MIXED), r"expected a boolean tensor"),
+    ("check_kv_cache_bytes", (kv_cache_bytes, 4.0), r"without the window"),
+    ("check_kv_cache_bytes", (kv_cache_bytes, 0.25), r"is not right; count keys and values"),
+    ("check_kv_cache_bytes", (kv_cache_bytes, None), r"predicted_gib is None: not attempted"),
+    ("check_kv_cache_bytes", (lambda L, G, D, n, b=2, w=None: kv_cache_bytes(L, G, D, n, b, None), 0.5),
+     r"expected [\d,]+ bytes"),
+    ("check_kv_cache_bytes", (lambda L, G, D, n, b=2, w=None: kv_cache_bytes(L, G, D, n, b, w) // 2, 0.5),
+     r"expected [\d,]+ bytes"),
+]
+
+test_wrong_answers_get_their_message = wrong_call_tests(ROWS)
+
+
+
+
 
 
 def test_forbidden_shortcut_is_named_and_restored():
@@ -105,3 +99,11 @@ def test_forbidden_shortcut_is_named_and_restored():
     x = torch.arange(4.0).view(1, 2, 2, 1)  # the shortcut works again after the check
     assert torch.equal(x.repeat_interleave(2, dim=1), repeat_kv(x, 2))
     assert torch.equal(torch.repeat_interleave(x, 2, dim=1), repeat_kv(x, 2))
+
+
+def test_the_package_functions_pass_their_checks():
+    from fundamentallm.attention import allowed_keys
+    from fundamentallm.moe import load_balancing_loss
+
+    assert checks.check_window_mask_at(allowed_keys) is True
+    assert checks.check_load_balancing_loss(load_balancing_loss) is True

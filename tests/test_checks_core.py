@@ -42,8 +42,9 @@ FORBIDDEN_CASES = [
      "fundamentallm.generation.top_p_filter"),
     ("check_rotate_half", lambda x: __import__("fundamentallm.positions", fromlist=["x"]).rotate_half(x),
      "fundamentallm.positions.rotate_half"),
-    ("check_merge_pair", lambda ids, pair, new_id: __import__("fundamentallm.tokenizers", fromlist=["x"])._merge(
-        ids, pair, new_id), "fundamentallm.tokenizers._merge"),
+    ("check_chunked_bpe_encode", lambda text, merges, pattern: __import__(
+        "fundamentallm.tokenizers", fromlist=["x"]).ByteBPETokenizer(list(merges), pattern=pattern).encode(text),
+     "fundamentallm.tokenizers"),
 ]
 
 

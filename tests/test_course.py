@@ -90,8 +90,9 @@ def test_make_stub_keeps_signatures_and_docstrings():
     assert namespace["area"].__doc__ == "Disc area."
     with pytest.raises(NotImplementedError, match="ch00-ex1: implement area"):
         namespace["area"](1.0)
-    with pytest.raises(ValueError, match="only imports and function definitions"):
-        make_stub("x = 1\n")
+    assert make_stub("predicted = 3\n") == "predicted = None  # your answer here\n"  # a value answer
+    with pytest.raises(ValueError, match="only imports, function definitions"):
+        make_stub("print(1)\n")
 
 
 def test_malformed_exercise_is_reported():

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import torch
 
 from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .predict import int_list, require_prediction
 
 
 def _ch08_int_list(got: Any, what: str) -> list[int]:
@@ -57,68 +59,6 @@ def check_char_encode(char_encode: Callable) -> str:
 
 
 @exercise_check
-def check_get_pair_counts(get_pair_counts: Callable) -> str:
-    """``get_pair_counts(ids)`` -> ``{(a, b): count}`` over adjacent (overlapping) pairs."""
-    g = torch.Generator().manual_seed(800)
-    cases = [
-        ("[1, 2, 3, 1, 2]", [1, 2, 3, 1, 2]),
-        ("[5, 5, 5] (overlapping pairs: (5, 5) occurs twice)", [5, 5, 5]),
-        ("an empty list", []),
-        ("a single id", [7]),
-        ("the UTF-8 bytes of 'aaabdaaabac'", list(b"aaabdaaabac")),
-        ("300 random ids in [0, 6)", torch.randint(6, (300,), generator=g).tolist()),
-    ]
-    for name, ids in cases:
-        ids_copy = list(ids)
-        got = get_pair_counts(ids_copy)
-        if ids_copy != ids:
-            raise CheckFailed(f"for {name}: you modified ids in place")
-        if not isinstance(got, dict):
-            raise CheckFailed(f"for {name}: expected a dict {{(a, b): count}}, got {type(got).__name__}")
-        expected: dict = {}
-        for i in range(len(ids) - 1):  # reference: every adjacent position, overlaps included
-            expected[(ids[i], ids[i + 1])] = expected.get((ids[i], ids[i + 1]), 0) + 1
-        got = {tuple(k): v for k, v in got.items()}
-        for pair in sorted(set(expected) | set(got)):
-            if got.get(pair, 0) != expected.get(pair, 0):
-                raise CheckFailed(f"for {name}: pair {pair} should be counted "
-                                  f"{expected.get(pair, 0)} times, got {got.get(pair, 0)}")
-    return f"correct on {len(cases)} id lists, overlapping pairs and empty input included"
-
-
-@exercise_check(forbidden=("fundamentallm.tokenizers._merge",))
-def check_merge_pair(merge_pair: Callable) -> str:
-    """``merge_pair(ids, pair, new_id)`` -> a new list, every non-overlapping occurrence of ``pair``
-    (scanning left to right) replaced by ``new_id``."""
-    g = torch.Generator().manual_seed(801)
-    cases = [
-        ("[1, 2, 3, 1, 2] with (1, 2) -> 4", [1, 2, 3, 1, 2], (1, 2), 4),
-        ("[1, 1, 1] with (1, 1) -> 9 (left to right: [9, 1])", [1, 1, 1], (1, 1), 9),
-        ("[1, 1, 1, 1] with (1, 1) -> 9", [1, 1, 1, 1], (1, 1), 9),
-        ("[3, 4, 5] with the absent pair (4, 3)", [3, 4, 5], (4, 3), 7),
-        ("[3, 4] with (3, 4) -> 256 (the whole list)", [3, 4], (3, 4), 256),
-        ("an empty list", [], (1, 2), 3),
-        ("200 random ids in [0, 3) with (0, 1) -> 3",
-         torch.randint(3, (200,), generator=g).tolist(), (0, 1), 3),
-    ]
-    for name, ids, pair, new_id in cases:
-        ids_copy = list(ids)
-        got = _ch08_int_list(merge_pair(ids_copy, pair, new_id), f"result for {name}")
-        if ids_copy != ids:
-            raise CheckFailed(f"for {name}: you modified ids in place; return a new list")
-        expected, i = [], 0
-        while i < len(ids):  # reference: a left-to-right scan
-            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
-                expected.append(new_id)
-                i += 2
-            else:
-                expected.append(ids[i])
-                i += 1
-        _ch08_compare_ids(got, expected, f"result for {name}")
-    return f"correct on {len(cases)} cases, overlapping pairs included"
-
-
-@exercise_check
 def check_make_windows(make_windows: Callable) -> str:
     """``make_windows(ids, block_size)`` -> ``(x, y)``, each ``(N, block_size)`` with
     ``N = len(ids) - block_size``: row ``i`` is ``ids[i:i+T]`` and its target ``ids[i+1:i+T+1]``."""
@@ -154,9 +94,19 @@ def _ch08_target_counts_reference(n: int, block_size: int) -> torch.Tensor:
 
 
 @exercise_check
-def check_target_counts(target_counts: Callable) -> str:
-    """``target_counts(n, block_size)`` -> ``(n,)`` int tensor: in how many of the ``n - block_size``
+def check_target_counts(target_counts: Callable, predicted_counts: Any) -> str:
+    """``predicted_counts`` (the prediction for n = 10, T = 3, a list of 10 ints) and
+    ``target_counts(n, block_size)`` -> ``(n,)`` int tensor: in how many of the ``n - block_size``
     windows of eq. (ch08-windows) token ``j`` of the stream is a target."""
+    require_prediction(predicted_counts, "predicted_counts", "10 ints, one per token, for n = 10 and T = 3")
+    predicted = int_list(predicted_counts, "predicted_counts")
+    truth = _ch08_target_counts_reference(10, 3).tolist()
+    if len(predicted) != 10:
+        raise CheckFailed(f"predicted_counts: expected 10 counts (one per token of the stream), got {len(predicted)}")
+    if predicted != truth:
+        j = next(i for i, (a, b) in enumerate(zip(predicted, truth)) if a != b)
+        raise CheckFailed(f"predicted_counts: token {j} is a target of {truth[j]} windows, not "
+                          f"{predicted[j]}; list the windows i = 0..6 and their targets i + 1..i + 3")
     cases = [(10, 3), (5, 4), (20, 1), (9, 8), (12, 5), (1000, 64), (300, 299)]
     for n, block_size in cases:
         got = target_counts(n, block_size)
@@ -167,3 +117,111 @@ def check_target_counts(target_counts: Callable) -> str:
         assert_same(got.long(), _ch08_target_counts_reference(n, block_size),
                     f"target_counts({n}, {block_size})")
     return f"{len(cases)} stream lengths and window sizes, edges included"
+
+
+# --- BPE: predict the tokens; encode within chunks ------------------------------------------------
+
+def _ch08_train_bpe(text: str, num_merges: int) -> dict:
+    """Reference BPE training on the UTF-8 bytes: most frequent pair (overlaps counted), the
+    smallest pair among equals, left-to-right replacement; stops when no pair occurs twice."""
+    ids, merges = list(text.encode("utf-8")), {}
+    for new_id in range(256, 256 + num_merges):
+        counts: dict = {}
+        for pair in zip(ids, ids[1:]):
+            counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        if counts[pair] < 2:
+            break
+        merges[pair] = new_id
+        ids = _ch08_replace(ids, pair, new_id)
+    return merges
+
+
+def _ch08_replace(ids: list, pair: tuple, new_id: int) -> list:
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _ch08_encode(data: bytes, merges: dict) -> list:
+    ids = list(data)
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:]), key=lambda p: merges.get(p, float("inf")))
+        if pair not in merges:
+            break
+        ids = _ch08_replace(ids, pair, merges[pair])
+    return ids
+
+
+def _ch08_token_strings(ids: list, merges: dict) -> list:
+    vocab = {i: bytes([i]) for i in range(256)}
+    for (a, b), new_id in merges.items():
+        vocab[new_id] = vocab[a] + vocab[b]
+    return [vocab[i].decode("utf-8", errors="replace") for i in ids]
+
+
+BPE_PREDICT_TEXT = "abcabcabd"
+
+
+@exercise_check
+def check_bpe_prediction(predicted_tokens: Any) -> str:
+    """``predicted_tokens``: the tokens (as strings) of ``"abcabcabd"`` after training byte-level BPE
+    on that text alone, with the chapter's rules (overlapping pairs counted, the smallest pair
+    among equals, stop when no pair occurs twice)."""
+    require_prediction(predicted_tokens, "predicted_tokens", "a list of strings")
+    if not isinstance(predicted_tokens, (list, tuple)) or not all(isinstance(t, str) for t in predicted_tokens):
+        raise CheckFailed(f"predicted_tokens must be a list of strings, got {str(predicted_tokens)[:60]}")
+    merges = _ch08_train_bpe(BPE_PREDICT_TEXT, 20)
+    truth = _ch08_token_strings(_ch08_encode(BPE_PREDICT_TEXT.encode(), merges), merges)
+    got = list(predicted_tokens)
+    if "".join(got) != BPE_PREDICT_TEXT:
+        raise CheckFailed(f"your tokens join to {''.join(got)!r}, not {BPE_PREDICT_TEXT!r}: BPE "
+                          f"loses nothing, so the tokens must spell the text")
+    if got != truth:
+        i = next((j for j, (a, b) in enumerate(zip(got, truth)) if a != b), min(len(got), len(truth)))
+        raise CheckFailed(f"token {i} differs from what training gives ({len(truth)} tokens in all, "
+                          f"you predicted {len(got)}); after the first merge, count the pairs again, "
+                          f"and remember the tie rule: the smallest pair of ids wins, and a new id is "
+                          f"larger than every byte")
+    return f"{len(merges)} merges, tokens {truth}"
+
+
+_CH08_PATTERN = r"'(?:s|t|re|ve|m|ll|d)| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+"
+
+
+@exercise_check(forbidden=("fundamentallm.tokenizers",))
+def check_chunked_bpe_encode(chunked_bpe_encode: Callable) -> str:
+    """``chunked_bpe_encode(text, merges, pattern)`` -> the ids of each chunk of
+    ``re.findall(pattern, text)`` encoded on its own (earliest-learned merge first), concatenated.
+    The merges are learned on text without chunks, so some of them cross a chunk boundary."""
+    train = ("the cat sat on the mat. the hat is on the cat, and the rat sat there; "
+             "then the cat ate the rat's hat. 123 + 456 = 579 ") * 3
+    merges = _ch08_train_bpe(train, 60)
+    texts = [("a sentence of the training text", "the cat sat on the mat."),
+             ("words the merges span across", "sat on the mat, the hat"),
+             ("digits and punctuation", "123 + 456 = 579!"),
+             ("text with unicode", "the café → a hat"),
+             ("the empty string", ""),
+             ("a contraction and several spaces", "the rat's   hat  ")]
+    cases = [(what, text, merges) for what, text in texts]
+    cases.append(("'abc ab bc' with two merges that compete for the 'b' ('bc' learned first)",
+                  "abc ab bc", {(98, 99): 256, (97, 98): 257}))
+    for what, text, merges in cases:
+        got = _ch08_int_list(chunked_bpe_encode(text, dict(merges), _CH08_PATTERN), f"ids of {what}")
+        chunks = re.findall(_CH08_PATTERN, text)
+        expected = [i for chunk in chunks for i in _ch08_encode(chunk.encode("utf-8"), merges)]
+        if len(merges) > 2 and got == _ch08_encode(text.encode("utf-8"), merges) and got != expected:
+            raise CheckFailed(f"{what} ({text!r}): you encoded the whole text at once; split it with "
+                              f"re.findall(pattern, text) and encode each chunk on its own, so that no "
+                              f"merge crosses a chunk boundary")
+        _ch08_compare_ids(got, expected, f"ids of {what} ({text!r}); apply the earliest-learned merge "
+                                         f"present first")
+    return f"{len(cases)} texts, merges that cross chunk boundaries and merges that compete"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from .core import CheckFailed, assert_same, exercise_check
+from .predict import number, require_prediction
 
 
 def _ch09_logits_cases(seed: int) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -85,79 +87,6 @@ def check_label_smoothed_cross_entropy(label_smoothed_cross_entropy: Callable) -
     return f"matches F.cross_entropy(label_smoothing=...) on {len(cases)} cases"
 
 
-def _ch09_cosine_reference(step, max_lr, min_lr, warmup_steps, max_steps):
-    s = step + 1
-    if s <= warmup_steps:
-        return max_lr * s / warmup_steps
-    progress = min(1.0, (s - warmup_steps) / max(1, max_steps - warmup_steps))
-    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + np.cos(np.pi * progress))
-
-
-@exercise_check(forbidden=("fundamentallm.training.lr_at",))
-def check_cosine_lr(cosine_lr: Callable) -> str:
-    """``cosine_lr(step, max_lr, min_lr, warmup_steps, max_steps)``: with ``s = step + 1``, linear
-    warmup ``max_lr · s / warmup_steps`` while ``s <= warmup_steps``, then a half cosine from
-    ``max_lr`` down to ``min_lr`` at ``s = max_steps``, and ``min_lr`` after."""
-    settings = [
-        dict(max_lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=100),
-        dict(max_lr=0.5, min_lr=0.0, warmup_steps=0, max_steps=50),
-        dict(max_lr=3e-4, min_lr=3e-5, warmup_steps=1, max_steps=20),
-    ]
-    n = 0
-    for kw in settings:
-        for step in range(kw["max_steps"] + 15):
-            got = cosine_lr(step, **kw)
-            if got is None:
-                raise CheckFailed("got None -- did you forget to return the learning rate?")
-            expected = _ch09_cosine_reference(step, **kw)
-            phase = ("warmup" if step + 1 <= kw["warmup_steps"] else
-                     "after max_steps" if step + 1 >= kw["max_steps"] else "cosine decay")
-            assert_same(torch.tensor(float(got), dtype=torch.float64),
-                        torch.tensor(float(expected), dtype=torch.float64), rtol=1e-9, atol=1e-12,
-                        what=f"lr at step={step} ({phase}) for {kw}")
-            n += 1
-    return f"correct at {n} steps of {len(settings)} schedules (warmup, decay, after the end)"
-
-
-@exercise_check(forbidden=("torch.nn.utils.clip_grad_norm_",))
-def check_clip_grad_norm(clip_grad_norm: Callable) -> str:
-    """``clip_grad_norm(grads, max_norm)`` -> ``(clipped, total_norm)``: the global L2 norm over
-    all tensors, and new tensors scaled by ``min(1, max_norm / total_norm)``."""
-    g = torch.Generator().manual_seed(920)
-    shapes = [(4, 3), (3,), (2, 2, 2)]
-    big = [5 * torch.randn(s, generator=g) for s in shapes]
-    small = [0.01 * torch.randn(s, generator=g) for s in shapes]
-    each_small = [torch.full((4,), 0.4), torch.full((4,), 0.4), torch.full((4,), 0.4)]  # norms 0.8
-    cases = [
-        ("three tensors with a large global norm, max_norm=1", big, 1.0),
-        ("three tensors with a small global norm (unchanged), max_norm=1", small, 1.0),
-        ("tensors each of norm 0.8 < max_norm=1 but of global norm 1.39 > 1", each_small, 1.0),
-        ("one tensor, max_norm=0.5", [torch.randn(10, generator=g, dtype=torch.float64)], 0.5),
-        ("all-zero gradients (norm 0: nothing to clip, no NaN)", [torch.zeros(3), torch.zeros(2, 2)], 1.0),
-    ]
-    for name, grads, max_norm in cases:
-        inputs = [t.clone() for t in grads]
-        res = clip_grad_norm(inputs, max_norm)
-        if not isinstance(res, (tuple, list)) or len(res) != 2:
-            raise CheckFailed(f"for {name}: return a pair (clipped_grads, total_norm)")
-        clipped, total = res
-        if any(not torch.equal(a, b) for a, b in zip(inputs, grads)):
-            raise CheckFailed(f"for {name}: you modified the input gradients; return new tensors")
-        params = [torch.nn.Parameter(torch.zeros_like(t)) for t in grads]  # reference: torch's own
-        for p, t in zip(params, grads):
-            p.grad = t.clone()
-        expected_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        assert_same(torch.as_tensor(total, dtype=expected_norm.dtype).reshape(()), expected_norm,
-                    what=f"total_norm for {name} (the L2 norm of all gradients together)",
-                    rtol=1e-5, atol=1e-8)
-        if not isinstance(clipped, (list, tuple)) or len(clipped) != len(grads):
-            raise CheckFailed(f"for {name}: clipped must be a list of {len(grads)} tensors")
-        for i, (c, p) in enumerate(zip(clipped, params)):
-            assert_same(c, p.grad, what=f"clipped tensor {i} for {name} (vs "
-                                        f"torch.nn.utils.clip_grad_norm_)", rtol=1e-5, atol=1e-8)
-    return f"matches torch.nn.utils.clip_grad_norm_ on {len(cases)} cases"
-
-
 @exercise_check
 def check_fit_power_law(fit_power_law: Callable) -> str:
     """``fit_power_law(sizes, losses)`` -> ``(a, alpha)`` of ``loss ~ a * size ** -alpha``, fitted by
@@ -186,3 +115,68 @@ def check_fit_power_law(fit_power_law: Callable) -> str:
             raise CheckFailed(f"{what}: a expected {expected[0]:.6g}, got {a:.6g} "
                               f"(a = exp(intercept), natural logarithms)")
     return f"{len(cases)} cases, exact and noisy, equal to np.polyfit in log-log axes"
+
+
+def _ch09_wsd_reference(step, max_lr, min_lr, warmup_steps, max_steps, cooldown_steps):
+    s = step + 1
+    if s <= warmup_steps:
+        return max_lr * s / warmup_steps
+    start = max(warmup_steps, max_steps - cooldown_steps)
+    if cooldown_steps == 0 or s <= start:
+        return max_lr
+    progress = min(1.0, (s - start) / (max_steps - start))
+    return max_lr + progress * (min_lr - max_lr)
+
+
+@exercise_check(forbidden=("fundamentallm.training.lr_at",))
+def check_wsd_lr(wsd_lr: Callable) -> str:
+    """``wsd_lr(step, max_lr, min_lr, warmup_steps, max_steps, cooldown_steps)`` -> the
+    warmup-stable-decay rate: linear warmup (``s = step + 1``), ``max_lr`` held, then a linear
+    decay to ``min_lr`` over the last ``cooldown_steps`` steps, reached at ``s = max_steps``."""
+    cases = [(1e-3, 1e-4, 10, 100, 20), (3e-3, 0.0, 0, 50, 10), (1.0, 0.1, 5, 20, 0),
+             (2e-3, 2e-4, 10, 40, 40), (1e-2, 1e-3, 1, 10, 1)]
+    for max_lr, min_lr, warmup, max_steps, cooldown in cases:
+        for step in range(max_steps + 5):
+            expected = _ch09_wsd_reference(step, max_lr, min_lr, warmup, max_steps, cooldown)
+            got = wsd_lr(step, max_lr, min_lr, warmup, max_steps, cooldown)
+            if isinstance(got, torch.Tensor):
+                got = got.item()
+            if not isinstance(got, (int, float)) or not math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-12):
+                phase = ("warmup" if step + 1 <= warmup else
+                         "the stable phase" if cooldown == 0 or step + 1 <= max(warmup, max_steps - cooldown)
+                         else "the cooldown" if step + 1 <= max_steps else "after max_steps")
+                raise CheckFailed(
+                    f"max_lr={max_lr}, min_lr={min_lr}, warmup_steps={warmup}, max_steps={max_steps}, "
+                    f"cooldown_steps={cooldown}: at step {step} ({phase}) expected {expected:.6g}, got {got}")
+    return f"{len(cases)} schedules, every step, cooldown of 0 and of the whole run included"
+
+
+ADAM_FIRST_STEP_GRADS = (1e3, 1e-6, 1e-9)
+
+
+@exercise_check
+def check_adam_first_step(predicted_changes: Any) -> str:
+    """``predicted_changes``: the change ``w_new - w_old`` of three weights after one step of
+    ``torch.optim.AdamW(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0)`` whose gradients
+    are 1e3, 1e-6 and 1e-9; within 2%."""
+    require_prediction(predicted_changes, "predicted_changes", "three numbers, one per gradient")
+    if not isinstance(predicted_changes, (list, tuple)) or len(predicted_changes) != 3:
+        raise CheckFailed(f"predicted_changes must be a list of 3 numbers, got {str(predicted_changes)[:60]}")
+    got = [number(v, f"predicted_changes[{i}]") for i, v in enumerate(predicted_changes)]
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.AdamW([w], lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    w.grad = torch.tensor(ADAM_FIRST_STEP_GRADS, dtype=torch.float64)
+    opt.step()
+    truth = w.detach().tolist()
+    for g, p, t in zip(ADAM_FIRST_STEP_GRADS, got, truth):
+        if p * t < 0 or (p == 0) != (t == 0):
+            raise CheckFailed(f"gradient {g:g}: the sign is wrong: a positive gradient makes the weight "
+                              f"decrease, so the change is negative")
+        if not math.isclose(p, t, rel_tol=0.02):
+            ratio = p / t
+            hint = ("the step does not scale with the gradient: after bias correction the first "
+                    "m-hat is g and v-hat is g**2" if abs(math.log10(abs(ratio))) > 1.5 else
+                    "where does eps = 1e-8 matter?")
+            raise CheckFailed(f"gradient {g:g}: predicted change {p:.4g} is off by a factor {ratio:.3g} "
+                              f"({hint})")
+    return "changes " + ", ".join(f"{t:.3g}" for t in truth) + ": about lr·sign(g) until |g| nears eps"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .core import CheckFailed, check_shape, exercise_check
+from .predict import number, require_prediction
 
 
 def _ch10_rng(seed: int) -> torch.Generator:
@@ -115,85 +117,87 @@ def check_top_p_filter(top_p_filter: Callable) -> str:
     return f"{len(cases)} cases (a worked example, batches, p = 1, peaked rows) equal the reference"
 
 
-def _ch10_greedy_reference(model_fn: Callable, ids: torch.Tensor, n: int) -> torch.Tensor:
+def _ch10_greedy_reference(table: torch.Tensor, ids: torch.Tensor, n: int) -> torch.Tensor:
     for _ in range(n):
-        ids = torch.cat([ids, model_fn(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+        ids = torch.cat([ids, table[ids[:, -1]].argmax(-1, keepdim=True)], dim=1)
     return ids
 
 
 @exercise_check(forbidden=("fundamentallm.generation.generate",))
 def check_greedy_decode(greedy_decode: Callable) -> str:
-    """``greedy_decode(model_fn, ids, n)`` -> ``(B, T + n)``, compared with a reference loop, on
-    a bigram model and on a model whose prediction depends on the whole context."""
+    """``greedy_decode(table, ids, n)`` -> ``(B, T + n)``: a bigram model given as a ``(V, V)``
+    table of next-token logits (row = the last token), decoded greedily ``n`` times."""
     V = 11
     table = torch.randn(V, V, generator=_ch10_rng(2))
-
-    def bigram(ids):  # (B, T) -> (B, T, V): depends on the last token only
-        return table[ids]
-
-    def whole_context(ids):  # position t looks at the sum of tokens 0..t
-        return table[ids.cumsum(dim=1) % V]
-
-    models = {"a bigram model": bigram, "a model that reads the whole context": whole_context}
-    prompts = [torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]]), torch.tensor([[3]]),
-               torch.tensor([[0, 10, 5, 5]])]
-    for name, fn in models.items():
-        for ids, n in zip(prompts, (6, 10, 0)):
-            before = ids.clone()
-            got = greedy_decode(fn, ids, n)
-            if not torch.equal(ids, before):
-                raise CheckFailed("your function modified the prompt ids; build a new tensor")
-            what = f"{name}, prompt of shape {tuple(ids.shape)}, n={n}"
-            if not isinstance(got, torch.Tensor):
-                raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
-            expected = _ch10_greedy_reference(fn, ids, n)
-            check_shape(got, tuple(expected.shape), what=what)
-            if not torch.equal(got[:, :ids.shape[1]], ids):
-                raise CheckFailed(f"{what}: the result must start with the prompt")
-            if not torch.equal(got.long(), expected):
-                t = int((got.long() != expected).any(0).nonzero()[0])
-                raise CheckFailed(f"{what}: position {t} should be {expected[:, t].tolist()}, got "
-                                  f"{got[:, t].tolist()} (does the model see the whole sequence "
-                                  f"so far at every step?)")
-    return "bigram and whole-context models decoded like the reference"
+    prompts = [(torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]]), 6), (torch.tensor([[3]]), 10),
+               (torch.tensor([[0, 10, 5, 5]]), 0)]
+    for ids, n in prompts:
+        before, table_before = ids.clone(), table.clone()
+        got = greedy_decode(table, ids, n)
+        if not (torch.equal(ids, before) and torch.equal(table, table_before)):
+            raise CheckFailed("your function modified its inputs; build a new tensor")
+        what = f"prompt of shape {tuple(ids.shape)}, n={n}"
+        if not isinstance(got, torch.Tensor):
+            raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
+        expected = _ch10_greedy_reference(table, ids, n)
+        check_shape(got, tuple(expected.shape), what=what)
+        if not torch.equal(got[:, :ids.shape[1]], ids):
+            raise CheckFailed(f"{what}: the result must start with the prompt")
+        if not torch.equal(got.long(), expected):
+            t = int((got.long() != expected).any(0).nonzero()[0])
+            raise CheckFailed(f"{what}: position {t} should be {expected[:, t].tolist()}, got "
+                              f"{got[:, t].tolist()} (each new token is the argmax of the row of the "
+                              f"token just before it)")
+    return f"{len(prompts)} prompts decoded like the reference"
 
 
 @exercise_check
-def check_cached_attention(cached_attention: Callable) -> str:
-    """``cached_attention(q, k_new, v_new, cache)`` -> ``(out, (k, v))``, fed in chunks and
-    compared with ``F.scaled_dot_product_attention(..., is_causal=True)`` on the whole sequence."""
-    g = _ch10_rng(3)
-    B, H, T, D = 2, 3, 9, 4
-    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
-    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    for chunks in ([9], [4, 1, 1, 3], [1] * 9, [2, 5, 2]):
-        what = f"chunks of {chunks}"
-        cache, outs, start = None, [], 0
-        for size in chunks:
-            end = start + size
-            res = cached_attention(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], cache)
-            if not isinstance(res, (tuple, list)) or len(res) != 2:
-                raise CheckFailed(f"{what}: return a pair (out, (k, v))")
-            out, cache = res
-            if not isinstance(cache, (tuple, list)) or len(cache) != 2:
-                raise CheckFailed(f"{what}: the new cache must be a pair (k, v)")
-            step = f"{what}, positions {start}..{end - 1}"
-            check_shape(out, (B, H, size, D), what=f"out for {step}")
-            assert_same(cache[0], k[:, :, :end], what=f"cached keys after {step}")
-            assert_same(cache[1], v[:, :, :end], what=f"cached values after {step}")
-            assert_same(out, expected[:, :, start:end],
-                        what=f"out for {step} (vs causal attention over the whole sequence)")
-            outs.append(out)
-            start = end
-    return "4 ways of chunking a sequence equal causal attention over the whole sequence"
+def check_min_p_filter(min_p_filter: Callable) -> str:
+    """``min_p_filter(logits, min_p)`` -> logits of the same shape, ``-inf`` where a token's
+    probability is below ``min_p`` times the row's largest probability."""
+    g = _ch10_rng(5)
+    cases = [("one row (V=6)", torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0]), 0.3),
+             ("a batch (4, 50)", torch.randn(4, 50, generator=g) * 2, 0.1),
+             ("a (2, 3, 20) tensor", torch.randn(2, 3, 20, generator=g), 0.5),
+             ("min_p = 0 keeps everything", torch.randn(3, 10, generator=g), 0.0),
+             ("a peaked row keeps one token", torch.tensor([[10.0, 0.0, 0.0, 0.0]]), 0.05),
+             ("a flat row keeps every token", torch.zeros(2, 7), 0.9)]
+    for what, logits, min_p in cases:
+        before = logits.clone()
+        got = min_p_filter(logits, min_p)
+        if not torch.equal(logits, before):
+            raise CheckFailed(f"{what}: your function modified its input; return a new tensor")
+        got = _ch10_filtered(got, logits, what)
+        probs = torch.softmax(logits.double(), dim=-1)
+        ratio = probs / probs.amax(dim=-1, keepdim=True)
+        keep = ratio >= min_p
+        clear = (ratio - min_p).abs() > 1e-6
+        _ch10_compare_kept(got[clear], keep[clear], f"{what}, min_p={min_p}")
+    return f"{len(cases)} cases: kept exactly the tokens with p >= min_p * p_max"
 
 
 @exercise_check
-def check_positions_processed(positions_processed: Callable) -> str:
+def check_positions_processed(positions_processed: Callable, cache_saves_more: Any, limit_factor: Any) -> str:
     """``positions_processed(prompt_len, n_new, use_cache)`` -> how many token positions pass through
     the network to generate ``n_new`` tokens after a prompt of ``prompt_len``: recomputing runs the
     whole sequence at each of the ``n_new`` steps; the cache runs the prompt once, then one position
-    per step, and no forward after the last token."""
+    per step, and no forward after the last token. ``cache_saves_more``: whether, for P = 16 and
+    n = 20, the cache saves more than the factor (n + 1) / 2 of a one-token prompt;
+    ``limit_factor``: the factor as P grows without bound, for n = 20."""
+    require_prediction(cache_saves_more, "cache_saves_more", "True or False")
+    require_prediction(limit_factor, "limit_factor", "a number")
+    if not isinstance(cache_saves_more, bool):
+        raise CheckFailed(f"cache_saves_more must be True or False, got {cache_saves_more!r}")
+    P, n = 16, 20
+    factor = sum(range(P, P + n)) / (P + n - 1)
+    if cache_saves_more != (factor > (n + 1) / 2):
+        raise CheckFailed(f"cache_saves_more: count both sides for P={P}, n={n}: recomputing runs "
+                          f"P + i positions at step i, the cache P + n - 1 in all; compare the ratio "
+                          f"with (n + 1) / 2 = {(n + 1) / 2}")
+    limit = number(limit_factor, "limit_factor")
+    if not math.isclose(limit, n, rel_tol=1e-6):
+        raise CheckFailed(f"limit_factor: {limit:g} is not the limit for n={n}; write the ratio "
+                          f"(n·P + n(n-1)/2) / (P + n - 1) and let P grow")
     cases = [(1, 63), (1, 1), (5, 10), (16, 500), (7, 0), (3, 2), (64, 1)]
     for prompt_len, n_new in cases:
         recompute = sum(range(prompt_len, prompt_len + n_new))
@@ -203,4 +207,5 @@ def check_positions_processed(positions_processed: Callable) -> str:
             if got is None or int(got) != expected:
                 raise CheckFailed(f"prompt_len={prompt_len}, n_new={n_new}, use_cache={use_cache}: "
                                   f"expected {expected} positions, got {got}")
-    return f"{len(cases)} (prompt, new tokens) pairs, with and without the cache"
+    return (f"{len(cases)} (prompt, new tokens) pairs; for P={P}, n={n} the cache saves a factor "
+            f"{factor:.1f} > (n + 1) / 2 = {(n + 1) / 2}, tending to n as the prompt grows")

@@ -27,94 +27,96 @@ def _ch11_arrays(out: Any, n: int, what: str) -> list[np.ndarray]:
     return [o.detach().cpu().numpy() if isinstance(o, torch.Tensor) else o for o in out]
 
 
+def _ch11_np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy().copy()
+
+
 @exercise_check(forbidden=_AUTOGRAD)
-def check_softmax_backward(softmax_backward: Callable) -> str:
-    """``softmax_backward(y, dy)`` -> ``dz`` for ``y = softmax(z)`` over the last axis, compared
-    with PyTorch autograd in float64 (shapes (5,), (3, 4), (2, 3, 6); saturated and masked rows)."""
-    cases = [((5,), 1.0, False), ((3, 4), 1.0, False), ((2, 3, 6), 3.0, False),
-             ((4, 7), 30.0, False), ((4, 4), 1.0, True)]
-    for seed, (shape, scale, masked) in enumerate(cases):
-        rng = _ch11_rng(seed)
-        z = torch.tensor(rng.standard_normal(shape) * scale)
-        if masked:  # a causal mask: exact zeros in y
-            z = z.masked_fill(~torch.ones(shape, dtype=torch.bool).tril(), float("-inf"))
+def check_rmsnorm_backward(rmsnorm_backward: Callable) -> str:
+    """``rmsnorm_backward(x, gamma, dy, eps)`` -> ``(dx, dgamma)`` for
+    ``y = x / sqrt(mean(x**2) + eps) * gamma`` over the last axis, compared with autograd in float64."""
+    cases = [((5,), 1.0), ((3, 4), 1.0), ((2, 3, 6), 3.0), ((4, 8), 0.01), ((2, 5), 0.0)]
+    for seed, (shape, scale) in enumerate(cases):
+        rng = _ch11_rng(20 + seed)
+        x = torch.tensor(rng.standard_normal(shape) * scale, requires_grad=True)
+        gamma = torch.tensor(rng.standard_normal(shape[-1]) + 1.0, requires_grad=True)
         dy = torch.tensor(rng.standard_normal(shape))
-        z.requires_grad_(True)
-        y = torch.softmax(z, dim=-1)
-        (expected,) = torch.autograd.grad((y * dy).sum(), z)
-        got = softmax_backward(y.detach().numpy().copy(), dy.numpy().copy())
-        assert_same(got, expected, what=f"dz for y of shape {shape}" + (" (masked)" if masked else ""))
-    return f"{len(cases)} cases match autograd"
+        eps = 1e-6
+        y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gamma
+        expected = torch.autograd.grad((y * dy).sum(), (x, gamma))
+        got = _ch11_arrays(rmsnorm_backward(_ch11_np(x), _ch11_np(gamma), _ch11_np(dy), eps), 2,
+                           f"rmsnorm_backward for x of shape {shape}")
+        what = f"x of shape {shape}" + (" (all zeros)" if scale == 0 else "")
+        assert_same(got[1], expected[1], what=f"dgamma for {what} (sum over every axis but the last)")
+        assert_same(got[0], expected[0], what=f"dx for {what} (the mean of x**2 depends on every "
+                                              f"entry of the row, so dx has a coupling term)")
+    return f"{len(cases)} shapes, a row of zeros included, match autograd"
 
 
-@exercise_check(forbidden=_AUTOGRAD)
-def check_linear_backward(linear_backward: Callable) -> str:
-    """``linear_backward(x, W, dy)`` -> ``(dx, dW, db)`` for ``y = x @ W.T + b``, compared with
-    autograd of ``F.linear`` in float64 (one row, a batch, and extra leading axes)."""
-    cases = [((1, 3), 2), ((5, 4), 3), ((2, 3, 6), 4), ((7, 2), 5)]
-    for seed, (x_shape, d_out) in enumerate(cases):
-        rng = _ch11_rng(seed)
-        x = torch.tensor(rng.standard_normal(x_shape), requires_grad=True)
-        W = torch.tensor(rng.standard_normal((d_out, x_shape[-1])), requires_grad=True)
-        b = torch.tensor(rng.standard_normal(d_out), requires_grad=True)
-        dy = torch.tensor(rng.standard_normal((*x_shape[:-1], d_out)))
-        expected = torch.autograd.grad((torch.nn.functional.linear(x, W, b) * dy).sum(), (x, W, b))
-        got = _ch11_arrays(linear_backward(x.detach().numpy().copy(), W.detach().numpy().copy(),
-                                           dy.numpy().copy()), 3, "linear_backward")
-        for name, g, e in zip(("dx", "dW", "db"), got, expected):
-            assert_same(g, e, what=f"{name} for x of shape {x_shape}, W of shape {tuple(W.shape)}")
-    return f"{len(cases)} cases match autograd"
+@exercise_check(forbidden=_AUTOGRAD + ("torch.nn.functional.cross_entropy",))
+def check_smoothed_ce_backward(smoothed_ce_backward: Callable) -> str:
+    """``smoothed_ce_backward(z, targets, smoothing)`` -> ``dz`` of the mean label-smoothed
+    cross-entropy of ``(N, V)`` logits (``F.cross_entropy(..., label_smoothing=smoothing)``)."""
+    cases = [(1, 5, 0.0), (4, 7, 0.1), (6, 3, 0.5), (3, 10, 1.0), (5, 6, 0.2)]
+    for seed, (N, V, eps) in enumerate(cases):
+        rng = _ch11_rng(30 + seed)
+        z = torch.tensor(rng.standard_normal((N, V)) * 2, requires_grad=True)
+        targets = torch.tensor(rng.integers(0, V, N))
+        loss = torch.nn.functional.cross_entropy(z, targets, label_smoothing=eps)
+        (expected,) = torch.autograd.grad(loss, z)
+        got = smoothed_ce_backward(_ch11_np(z), targets.numpy().copy(), eps)
+        assert_same(got, expected, what=f"dz for N={N}, V={V}, smoothing={eps} (the loss is a mean "
+                                        f"over the N rows)")
+    return f"{len(cases)} cases, smoothing 0 to 1, match autograd"
 
 
-@exercise_check(forbidden=_AUTOGRAD)
-def check_layernorm_backward(layernorm_backward: Callable) -> str:
-    """``layernorm_backward(x, gamma, dy, eps=1e-5)`` -> ``(dx, dgamma, dbeta)``, compared with
-    autograd of ``F.layer_norm`` in float64 (incl. a constant row and a large offset)."""
-    cases = [((4, 8), 1e-5, "normal"), ((2, 3, 5), 1e-5, "normal"), ((3, 6), 1e-5, "constant row"),
-             ((3, 6), 1e-3, "large offset"), ((1, 2), 1e-5, "normal")]
-    for seed, (shape, eps, kind) in enumerate(cases):
-        rng = _ch11_rng(seed)
-        x = rng.standard_normal(shape)
-        if kind == "constant row":
-            x[0] = 0.7  # zero variance: only eps keeps the division finite
-        if kind == "large offset":
-            x = x + 100.0
-        C = shape[-1]
-        xt = torch.tensor(x, requires_grad=True)
-        gamma = torch.tensor(rng.standard_normal(C) + 1.0, requires_grad=True)
-        beta = torch.tensor(rng.standard_normal(C), requires_grad=True)
+@exercise_check(forbidden=_AUTOGRAD + ("torch.nn.functional.silu",))
+def check_swiglu_backward(swiglu_backward: Callable) -> str:
+    """``swiglu_backward(a, b, dy)`` -> ``(da, db)`` for ``y = silu(a) * b`` elementwise,
+    ``silu(a) = a * sigmoid(a)``, compared with autograd in float64."""
+    cases = [((5,), 1.0), ((3, 4), 2.0), ((2, 3, 6), 5.0), ((4,), 30.0)]
+    for seed, (shape, scale) in enumerate(cases):
+        rng = _ch11_rng(40 + seed)
+        a = torch.tensor(rng.standard_normal(shape) * scale, requires_grad=True)
+        b = torch.tensor(rng.standard_normal(shape), requires_grad=True)
         dy = torch.tensor(rng.standard_normal(shape))
-        y = torch.nn.functional.layer_norm(xt, (C,), gamma, beta, eps=eps)
-        expected = torch.autograd.grad((y * dy).sum(), (xt, gamma, beta))
-        got = _ch11_arrays(layernorm_backward(x.copy(), gamma.detach().numpy().copy(), dy.numpy().copy(),
-                                              eps=eps), 3, "layernorm_backward")
-        for name, g, e in zip(("dx", "dgamma", "dbeta"), got, expected):
-            assert_same(g, e, what=f"{name} for x of shape {shape} ({kind}, eps={eps})")
-    return f"{len(cases)} cases match autograd"
+        y = a * torch.sigmoid(a) * b
+        expected = torch.autograd.grad((y * dy).sum(), (a, b))
+        got = _ch11_arrays(swiglu_backward(_ch11_np(a), _ch11_np(b), _ch11_np(dy)), 2,
+                           f"swiglu_backward for shape {shape}")
+        assert_same(got[1], expected[1], what=f"db for shape {shape}")
+        assert_same(got[0], expected[0], what=f"da for shape {shape} (silu' = s + a·s·(1 - s), "
+                                              f"s = sigmoid(a))")
+    return f"{len(cases)} shapes, large |a| included, match autograd"
+
+
+def _ch11_alibi_loss(q, k, v, dout, slope):
+    T, D = q.shape[-2], q.shape[-1]
+    i = torch.arange(T)
+    distance = (i[:, None] - i[None, :]).double()  # (T, T): i - j
+    scores = q @ k.transpose(-2, -1) / D ** 0.5 - slope * distance
+    scores = scores.masked_fill(distance < 0, float("-inf"))
+    return ((torch.softmax(scores, dim=-1) @ v) * dout).sum()
 
 
 @exercise_check(forbidden=_AUTOGRAD)
-def check_attention_backward(attention_backward: Callable) -> str:
-    """``attention_backward(q, k, v, dout, causal=True)`` -> ``(dq, dk, dv)`` for
-    ``softmax(q kᵀ/√D + mask) v``, compared with autograd in float64 (causal and not; (T, D),
-    (B, H, T, D), a single token)."""
-    cases = [((4, 3), True), ((4, 3), False), ((2, 3, 5, 4), True), ((1, 2), True), ((6, 8), True)]
-    for seed, (shape, causal) in enumerate(cases):
-        rng = _ch11_rng(seed)
-        q, k, v = (torch.tensor(rng.standard_normal(shape), requires_grad=True) for _ in range(3))
-        dout = torch.tensor(rng.standard_normal(shape))
-        T, D = shape[-2], shape[-1]
-        scores = q @ k.transpose(-2, -1) / float(np.sqrt(D))  # (..., T, T)
-        if causal:
-            scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
-        out = torch.softmax(scores, dim=-1) @ v
-        expected = torch.autograd.grad((out * dout).sum(), (q, k, v))
-        got = _ch11_arrays(attention_backward(q.detach().numpy().copy(), k.detach().numpy().copy(),
-                                              v.detach().numpy().copy(), dout.numpy().copy(), causal=causal),
-                           3, "attention_backward")
-        for name, g, e in zip(("dq", "dk", "dv"), got, expected):
-            assert_same(g, e, what=f"{name} for inputs of shape {shape}, causal={causal}")
-    return f"{len(cases)} cases match autograd"
+def check_alibi_slope_grad(alibi_slope_grad: Callable) -> str:
+    """``alibi_slope_grad(q, k, v, dout, slope)`` -> the scalar dL/dslope for causal attention
+    with ALiBi scores ``q·k / sqrt(D) - slope·(i - j)``, given the upstream gradient ``dout``."""
+    cases = [((4, 3), 0.5), ((2, 6, 4), 0.25), ((2, 2, 5, 3), 1.0), ((1, 3), 0.0), ((8, 2), 2.0)]
+    for seed, (shape, slope) in enumerate(cases):
+        rng = _ch11_rng(50 + seed)
+        q, k, v, dout = (torch.tensor(rng.standard_normal(shape)) for _ in range(4))
+        m = torch.tensor(slope, dtype=torch.float64, requires_grad=True)
+        (expected,) = torch.autograd.grad(_ch11_alibi_loss(q, k, v, dout, m), m)
+        got = alibi_slope_grad(*(t.numpy().copy() for t in (q, k, v, dout)), slope)
+        if isinstance(got, (np.ndarray, torch.Tensor)) and np.size(got) != 1:
+            raise CheckFailed(f"inputs of shape {shape}: the slope is one number, so its gradient is "
+                              f"one number (sum over every query, key and leading axis); got shape "
+                              f"{tuple(np.shape(got))}")
+        assert_same(np.asarray(got, dtype=np.float64).reshape(()), expected,
+                    what=f"dL/dslope for inputs of shape {shape}, slope={slope}")
+    return f"{len(cases)} cases, a zero slope and extra leading axes included, match autograd"
 
 
 @exercise_check

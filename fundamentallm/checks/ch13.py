@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from .core import CheckFailed, check_shape, exercise_check
+from .predict import int_list, require_prediction
 
 
 def _ch13_rng(seed: int) -> torch.Generator:
@@ -156,31 +157,25 @@ def check_bad_attention_rows(bad_attention_rows: Callable) -> str:
 
 @exercise_check(may_return_none=True)
 def check_first_divergence(first_divergence: Callable) -> str:
-    """``first_divergence(model_a, model_b, input_ids, atol)`` -> the name of the first submodule
-    (in the order submodules finish) whose output differs, or None; on pairs of
-    ``fundamentallm.Transformer``s that differ in one place."""
+    """``first_divergence(config, state_a, state_b, input_ids, atol)`` -> the name of the first
+    submodule (in the order submodules finish) whose output differs between
+    ``fundamentallm.Transformer(TransformerConfig(**config))`` loaded with ``state_a`` and with
+    ``state_b``, or None. Only data crosses: a dict of config values, two state dicts of tensors."""
     from ..config import TransformerConfig
     from ..model import Transformer
 
-    with torch.random.fork_rng():  # the models' initialisation leaves the global RNG alone
+    config = dict(vocab_size=20, d_model=16, num_heads=2, num_layers=2, max_seq_len=8)
+    with torch.random.fork_rng():  # the model's initialisation leaves the global RNG alone
         torch.manual_seed(13)
-        return _ch13_first_divergence_cases(first_divergence, Transformer, TransformerConfig)
-
-
-def _ch13_first_divergence_cases(first_divergence: Callable, Transformer, TransformerConfig) -> str:
-    cfg = TransformerConfig(vocab_size=20, d_model=16, num_heads=2, num_layers=2, max_seq_len=8)
-    base = Transformer(cfg).eval()
+        base = {k: v.clone() for k, v in Transformer(TransformerConfig(**config)).state_dict().items()}
     ids = torch.randint(0, 20, (2, 8), generator=_ch13_rng(3))
 
-    def changed(param: str, delta: float = 0.05, constant: bool = False) -> Transformer:
-        model = Transformer(cfg).eval()
-        model.load_state_dict(base.state_dict())
-        with torch.no_grad():
-            target = dict(model.named_parameters())[param]
-            target.add_(delta if constant else delta * torch.randn(target.shape, generator=_ch13_rng(4)))
-        return model
+    def changed(param: str, delta: float = 0.05, constant: bool = False) -> dict:
+        state = {k: v.clone() for k, v in base.items()}
+        state[param] += delta if constant else delta * torch.randn(state[param].shape, generator=_ch13_rng(4))
+        return state
 
-    cases = [("identical models", base, None),
+    cases = [("identical weights", base, None),
              ("block 1's feed-forward up-projection changed", changed("blocks.1.ff.up.weight"),
               "blocks.1.ff.up"),
              ("block 0's attention output projection changed",
@@ -195,23 +190,26 @@ def _ch13_first_divergence_cases(first_divergence: Callable, Transformer, Transf
               "reads a zero-mean LayerNorm output): compare outputs, not parameters",
               changed("blocks.1.ff.up.weight", 0.05, constant=True), None)]
     for what, other, expected in cases:
-        copy = Transformer(cfg).eval()
-        copy.load_state_dict(base.state_dict())
-        got = first_divergence(copy, other, ids, atol=1e-5)
+        with torch.random.fork_rng():  # building the models draws from the global RNG
+            got = first_divergence(dict(config), {k: v.clone() for k, v in base.items()},
+                                   {k: v.clone() for k, v in other.items()}, ids.clone(), atol=1e-5)
         if got != expected:
             raise CheckFailed(f"{what}: expected {expected!r}, got {got!r}")
-        for model in (copy, other):
-            if any(m._forward_hooks for m in model.modules()):
-                raise CheckFailed("hooks are still registered after your function returned: "
-                                  "remove them with handle.remove()")
-    return f"{len(cases)} pairs of models: the first differing submodule found each time"
+    return f"{len(cases)} pairs of weights: the first differing submodule found each time"
 
 
 @exercise_check
-def check_scrambled_tokens(scrambled_tokens: Callable) -> str:
+def check_scrambled_tokens(scrambled_tokens: Callable, predicted_row: Any) -> str:
     """``scrambled_tokens(T, C, H)`` -> ``(H, T, C // H)`` int tensor: entry ``[h, t, d]`` is the token
     whose channel lands at head ``h``, row ``t``, channel ``d`` of the buggy ``x.reshape(B, H, T, D)``
-    of a ``(B, T, C)`` tensor ``x``."""
+    of a ``(B, T, C)`` tensor ``x``. ``predicted_row``: the tokens whose channels row t = 1 of head 1
+    holds for T = 4, C = 8, H = 2 (a sorted list of distinct ints), predicted before measuring."""
+    require_prediction(predicted_row, "predicted_row", "a sorted list of token indices")
+    truth = sorted(set((torch.arange(32).view(4, 8).reshape(2, 4, 4)[1, 1] // 8).tolist()))
+    if sorted(set(int_list(predicted_row, "predicted_row"))) != truth:
+        raise CheckFailed(f"predicted_row: {sorted(set(predicted_row))} is not what row t = 1 of head 1 "
+                          f"holds; the buffer is read in memory order: head 1 starts at flat position "
+                          f"T·D = 16, and token i owns positions 8i..8i+7")
     cases = [(3, 4, 2), (4, 8, 2), (5, 6, 3), (16, 64, 4), (2, 2, 2), (6, 12, 1)]
     for T, C, H in cases:
         D = C // H

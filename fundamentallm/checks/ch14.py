@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .predict import int_list, number, require_prediction
 
 
 def _ch14_rng(seed: int) -> torch.Generator:
@@ -92,46 +93,34 @@ def check_load_balancing_loss(load_balancing_loss: Callable) -> str:
     return f"{len(cases)} routings, balanced and collapsed included, gradients too"
 
 
-class _Residual(torch.nn.Module):
-    """``x + attention(x)``: one attention sublayer with its residual connection."""
-
-    def __init__(self, attention: torch.nn.Module) -> None:
-        super().__init__()
-        self.attention = attention
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.attention(x)
-
-
 @exercise_check
-def check_influence(influence: Callable) -> str:
-    """``influence(model, x, t)`` -> boolean ``(T,)``, True for the input positions j whose value
-    changes the output at position t, on stacks of sliding-window attention layers with
-    residual connections; compared with the span the windows allow: ``t - Σ(W_l - 1) .. t``."""
-    from ..attention import MultiHeadAttention
-
-    g = _ch14_rng(3)
+def check_influence(influence: Callable, predicted_windowed: Any, predicted_mixed: Any) -> str:
+    """``predicted_windowed`` / ``predicted_mixed``: the input positions (sorted lists) that can
+    change output 15 of a stack of three residual window-4 layers reading 16 tokens, and of the
+    same stack with a full causal second layer. ``influence(windows, T, t)`` -> boolean ``(T,)``,
+    measured on a stack of residual sliding-window attention layers the function builds itself
+    (``None`` = full causal); compared with the span the windows allow, ``t - sum(W_l - 1) .. t``."""
+    require_prediction(predicted_windowed, "predicted_windowed", "a sorted list of positions")
+    require_prediction(predicted_mixed, "predicted_mixed", "a sorted list of positions")
+    for name, value, expected in (("predicted_windowed", predicted_windowed, list(range(6, 16))),
+                                  ("predicted_mixed", predicted_mixed, list(range(16)))):
+        got = sorted(set(int_list(value, name)))
+        if got != expected:
+            raise CheckFailed(f"{name}: {got[:3]}...{got[-3:]} ({len(got)} positions) is not right; "
+                              f"each layer lets a position read W - 1 positions further back, and a "
+                              f"layer without a window reads everything before it")
     cases = [("3 layers of window 4, t = 15", [4, 4, 4], 16, 15),
              ("2 layers of windows 2 and 5, t = 10", [2, 5], 12, 10),
              ("4 layers of window 2, t = 8 (not the last position)", [2, 2, 2, 2], 14, 8),
              ("1 layer of window 3, t = 0 (the first token)", [3], 6, 0),
              ("window 3, then a full causal layer, t = 7", [3, None], 12, 7)]
     for what, windows, T, t in cases:
-        with torch.random.fork_rng():
-            torch.manual_seed(1403)
-            model = torch.nn.Sequential(*[
-                _Residual(MultiHeadAttention(16, 4, causal=True, num_kv_heads=2, sliding_window=w))
-                for w in windows]).double().eval()
-        x = torch.randn(2, T, 16, generator=g, dtype=torch.float64)
-        before = x.clone()
-        got = influence(model, x, t)
+        got = influence(list(windows), T, t)
         if not isinstance(got, torch.Tensor):
             raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
         if got.dtype != torch.bool:
             raise CheckFailed(f"{what}: expected a boolean tensor (True = can change the output), got {got.dtype}")
         check_shape(got, (T,), what=f"influence for {what}")
-        if not torch.equal(x.detach(), before):
-            raise CheckFailed(f"{what}: influence changed its input x; differentiate a copy")
         first = 0 if None in windows else max(0, t - sum(w - 1 for w in windows))
         positions = torch.arange(T)
         expected = (positions >= first) & (positions <= t)
@@ -143,3 +132,42 @@ def check_influence(influence: Callable) -> str:
                               f"gradient of the output at t with respect to each input position")
     return (f"{len(cases)} stacks; e.g. 3 layers of window 4 let position 15 read positions "
             f"{15 - 3 * 3}..15, 3·(4 - 1) = 9 tokens back")
+
+
+def _ch14_kv_reference(num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number, window):
+    cached = seq_len if window is None else min(seq_len, window)
+    return 2 * num_layers * num_kv_heads * head_dim * bytes_per_number * cached
+
+
+@exercise_check
+def check_kv_cache_bytes(kv_cache_bytes: Callable, predicted_gib: Any) -> str:
+    """``predicted_gib``: the KV cache, in GiB, of one 32,768-token sequence of a Mistral-7B-shaped
+    model (32 layers, 8 key/value heads of 128, bfloat16, a 4096-token sliding window).
+    ``kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number, window)`` ->
+    the bytes of keys and values one sequence keeps (``window=None``: every position)."""
+    require_prediction(predicted_gib, "predicted_gib", "a number of GiB")
+    truth = _ch14_kv_reference(32, 8, 128, 32768, 2, 4096) / 2 ** 30
+    guess = number(predicted_gib, "predicted_gib")
+    if abs(guess - truth) > 0.02 * truth:
+        full = _ch14_kv_reference(32, 8, 128, 32768, 2, None) / 2 ** 30
+        hint = (" -- that is the cache without the window: a sliding window keeps only the last W "
+                "positions" if abs(guess - full) < 0.02 * full else
+                "; count keys and values, layers, heads, the head width, bytes per number, and how "
+                "many positions a window of 4096 keeps")
+        raise CheckFailed(f"predicted_gib: {guess:g} GiB is not right{hint}")
+    g = _ch14_rng(7)
+    cases = [(32, 8, 128, 32768, 2, 4096), (32, 8, 128, 8192, 2, None), (12, 12, 64, 1024, 4, None),
+             (4, 1, 16, 10, 2, 64), (2, 2, 8, 100, 1, 100)]
+    cases += [(int(torch.randint(1, 40, (1,), generator=g)), int(torch.randint(1, 9, (1,), generator=g)),
+               64, int(torch.randint(1, 5000, (1,), generator=g)), 2,
+               int(torch.randint(1, 5000, (1,), generator=g))) for _ in range(5)]
+    for args in cases:
+        expected = _ch14_kv_reference(*args)
+        got = kv_cache_bytes(*args)
+        if isinstance(got, torch.Tensor):
+            got = got.item()
+        if not isinstance(got, (int, float)) or got != expected:
+            names = "num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number, window"
+            raise CheckFailed(f"kv_cache_bytes({', '.join(map(str, args))}) ({names}): expected "
+                              f"{expected:,} bytes, got {got}")
+    return f"{truth:.2f} GiB with the window (4 GiB without); {len(cases)} shapes match"

@@ -95,9 +95,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     c = sub.add_parser("colab-edition", help="write the chapters with MyST rendered to plain Markdown")
     c.add_argument("out_dir", type=Path, help="e.g. colab (the committed edition)")
     c.add_argument("--root", type=Path, default=Path("."), help="the book's root (holds _toc.yml)")
+    t = sub.add_parser("exercise-table", help="print the exercise table (kind, difficulty, minutes), or --write "
+                                               "it into book/instructors.md")
+    t.add_argument("--write", action="store_true", help="rewrite the table between the markers of book/instructors.md")
+    t.add_argument("--root", type=Path, default=None, help="the book's root (holds _toc.yml)")
     args = parser.parse_args(argv)
     try:
-        if args.command == "colab-edition":
+        if args.command == "exercise-table":
+            from .book import default_root, exercise_table, write_exercise_table
+
+            root = args.root if args.root is not None else default_root()
+            if args.write:
+                changed = write_exercise_table(Path(root) / "book" / "instructors.md", root)
+                print("book/instructors.md: exercise table " + ("rewritten" if changed else "already up to date"))
+            else:
+                print(exercise_table(root), end="")
+        elif args.command == "colab-edition":
             from .colab import colab_edition
 
             written = colab_edition(args.out_dir, args.root)

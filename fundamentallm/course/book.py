@@ -143,8 +143,12 @@ def make_stub(source: str, label: str = "this exercise") -> str:
             indent = " " * body[0].col_offset
             out.append("\n".join(header) + f"\n{indent}# Your code here.\n"
                        f"{indent}raise NotImplementedError(\"{label}: implement {node.name}\")")
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            # a committed prediction or answer value: the stub leaves it unanswered
+            out.append("\n".join(f"{t.id} = None  # your answer here" for t in node.targets))
         else:
-            raise ValueError(f"solution cells may hold only imports and function definitions; "
+            raise ValueError(f"solution cells may hold only imports, function definitions and "
+                             f"answer values (name = ...); "
                              f"found a {type(node).__name__} at line {node.lineno}")
     return "\n\n\n".join(["\n".join(imports)] * bool(imports) + out) + "\n"
 
@@ -266,3 +270,97 @@ def run_exercise(ex: Exercise) -> tuple[bool, str]:
     except Exception as e:  # a wrong answer, a stub, or a crash: all count as not passed
         return False, f"{type(e).__name__}: {e}".splitlines()[0]
     return True, buf.getvalue().strip().splitlines()[-1] if buf.getvalue().strip() else "passed"
+
+
+# --- The instructors' exercise table, generated from the exercises' own metadata ----------------
+
+_CLASS = re.compile(r"^:class:\s*(\S+)", re.M)
+_TITLE = re.compile(r"\{exercise\}\s*(.*)")
+ANSWER_TAG = "answer"
+TABLE_START = "<!-- exercise-table:start (generated: python -m fundamentallm.course exercise-table --write) -->"
+TABLE_END = "<!-- exercise-table:end -->"
+
+
+@dataclass
+class ExerciseInfo:
+    """What an instructor needs to know of one exercise, read from the notebook: the directive's
+    label, title and ``:class:`` (its kind), and the answer cell's ``exercise`` metadata."""
+
+    chapter: str
+    label: str
+    title: str
+    kind: Optional[str]
+    difficulty: Optional[int]
+    minutes: Optional[int]
+
+
+def exercise_infos(nb, chapter: str = "") -> list[ExerciseInfo]:
+    """The exercises of a notebook in order, with their kind, difficulty and minutes (None where
+    the notebook does not declare them)."""
+    found: list[ExerciseInfo] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and "{exercise}" in cell.source:
+            label = exercise_label(cell.source)
+            if label is None:
+                continue
+            kind, title = _CLASS.search(cell.source), _TITLE.search(cell.source)
+            found.append(ExerciseInfo(chapter, label, title.group(1).strip() if title else "",
+                                      kind.group(1) if kind else None, None, None))
+        elif cell.cell_type == "code" and ANSWER_TAG in _tags(cell) and found:
+            meta = cell.get("metadata", {}).get("exercise", {})
+            found[-1].difficulty = meta.get("difficulty", found[-1].difficulty)
+            found[-1].minutes = meta.get("minutes", found[-1].minutes)
+    return found
+
+
+def book_exercise_infos(root: Optional[Path] = None) -> list[ExerciseInfo]:
+    """Every exercise of the book's chapter notebooks, in ``_toc.yml`` order."""
+    root = Path(root) if root is not None else default_root()
+    infos: list[ExerciseInfo] = []
+    for name in toc_files(root):
+        path = root / f"{name}.ipynb"
+        if path.exists():
+            infos += exercise_infos(nbformat.read(path, as_version=4), Path(name).name)
+    return infos
+
+
+def exercise_table(root: Optional[Path] = None) -> str:
+    """The Markdown table of every exercise: chapter, exercise, kind, difficulty, minutes."""
+    def cell(value, fmt=str):
+        return "—" if value is None else fmt(value)
+
+    lines = ["| Chapter | Exercise | Title | Kind | Difficulty | Minutes |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    infos = book_exercise_infos(root)
+    for info in infos:
+        lines.append(f"| {{doc}}`{info.chapter}` | {{ref}}`{info.label}` | {info.title} | "
+                     f"{cell(info.kind)} | {cell(info.difficulty, lambda d: '★' * int(d))} | "
+                     f"{cell(info.minutes)} |")
+    total = sum(i.minutes for i in infos if i.minutes is not None)
+    lines.append(f"\n{len(infos)} exercises, about {total / 60:.0f} hours of work in all (the minutes "
+                 f"declared by each exercise).")
+    return "\n".join(lines) + "\n"
+
+
+def write_exercise_table(path: Path, root: Optional[Path] = None) -> bool:
+    """Rewrite the table between the markers of ``path`` (book/instructors.md); True when the file
+    changed. Raises ``ValueError`` when the markers are missing."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if TABLE_START not in text or TABLE_END not in text:
+        raise ValueError(f"{path} lacks the markers {TABLE_START!r} and {TABLE_END!r}")
+    head, rest = text.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    new = f"{head}{TABLE_START}\n{exercise_table(root)}{TABLE_END}{tail}"
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
+def stored_exercise_table(path: Path) -> str:
+    """The table currently stored between the markers of ``path``."""
+    text = Path(path).read_text(encoding="utf-8")
+    if TABLE_START not in text or TABLE_END not in text:
+        raise ValueError(f"{path} lacks the markers {TABLE_START!r} and {TABLE_END!r}")
+    return text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].lstrip("\n")
+
