@@ -17,6 +17,7 @@ POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 ACTIVATIONS = ("gelu", "relu", "swiglu", "relu2")
 ATTN_IMPLS = ("explicit", "sdpa")
 ROPE_SCALINGS = ("linear", "llama3")
+ROPE_STYLES = ("half", "interleaved")  # see positions.RotaryEmbedding
 CANON_PLACES = ("embed", "attn", "ffn")  # where canon layers go (fundamentallm/canon.py)
 # The keys each RoPE scaling rule takes (besides "rope_type"), as in Hugging Face's configs.
 ROPE_SCALING_KEYS = {
@@ -101,6 +102,9 @@ class TransformerConfig:
     causal: bool = True
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
+    # RoPE's channel pairing: "half" (i, i + D/2; GPT-NeoX, Hugging Face) or "interleaved"
+    # (2i, 2i+1; the RoPE paper, Meta's LLaMA). Checkpoints without the field load as "half".
+    rope_style: str = "half"
     attn_impl: str = "explicit"  # "sdpa" opts into torch's fused kernel, tested equal
     # The modern decoder (chapter 14). Defaults give the GPT-2-era model above.
     num_kv_heads: Optional[int] = None  # key/value heads: None = num_heads (MHA), 1 = MQA, between = GQA
@@ -139,6 +143,7 @@ class TransformerConfig:
         _check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("attn_impl", self.attn_impl, ATTN_IMPLS)
+        _check_choice("rope_style", self.rope_style, ROPE_STYLES)
         for name in ("bias", "tie_weights", "causal", "qk_norm", "value_embeddings"):
             _check_bool(name, getattr(self, name))
         if self.pos_encoding == "rope" and self.head_dim % 2 != 0:
