@@ -269,7 +269,9 @@ def permute_rope_weights(weight: torch.Tensor, num_heads: int, to: str = "half")
     """
     from .positions import check_rope_style
 
-    check_rope_style(to)
+    check_rope_style(to, "to")
+    if not isinstance(weight, torch.Tensor) or weight.dim() == 0:
+        raise TypeError(f"weight must be a tensor with rows num_heads·head_dim, got {type(weight).__name__}")
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 \
             or weight.shape[0] % (2 * num_heads):
         raise ValueError(f"num_heads={num_heads!r} must be a positive integer with 2·num_heads dividing "

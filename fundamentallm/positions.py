@@ -87,10 +87,11 @@ def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((-x1, x0), dim=-1).flatten(-2)
 
 
-def check_rope_style(style: str) -> str:
-    """``style`` itself if it is one of :data:`ROPE_STYLES`, else a ``ValueError`` naming it."""
-    if style not in ROPE_STYLES:
-        raise ValueError(f"style={style!r} is not a RoPE convention; allowed values: "
+def check_rope_style(style: str, name: str = "style") -> str:
+    """``style`` itself if it is one of :data:`ROPE_STYLES`, else a ``ValueError`` naming the
+    parameter ``name``."""
+    if not isinstance(style, str) or style not in ROPE_STYLES:
+        raise ValueError(f"{name}={style!r} is not a RoPE convention; allowed values: "
                          f"{', '.join(map(repr, ROPE_STYLES))}")
     return style
 

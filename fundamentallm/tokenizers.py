@@ -571,6 +571,10 @@ class ByteBPETokenizer(Tokenizer):
                 raise ValueError(f"vocab must map integer ids >= 0 to non-empty bytes, got {i!r}: {v!r}")
         specials = _check_specials(special_tokens)
         special_bytes = {s.encode("utf-8"): s for s in specials}
+        for b, s in special_bytes.items():
+            if len(b) == 1:
+                raise ValueError(f"special_tokens: {s!r} is a single byte, which the byte-level "
+                                 f"vocabulary needs as an ordinary token")
         by_bytes: dict[bytes, int] = {}
         for i, v in vocab.items():
             if v in by_bytes and v not in special_bytes:
@@ -590,7 +594,7 @@ class ByteBPETokenizer(Tokenizer):
             a, b = merge
             for part in (a, b, a + b):
                 if part not in by_bytes:
-                    raise ValueError(f"merge ({a!r}, {b!r}) does not fit the vocab: {part!r} is not in it")
+                    raise ValueError(f"merges: ({a!r}, {b!r}) does not fit the vocab: {part!r} is not in it")
             pair = (by_bytes[a], by_bytes[b])
             if pair in seen:
                 raise ValueError(f"merge ({a!r}, {b!r}) appears twice")
