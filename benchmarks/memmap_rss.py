@@ -5,7 +5,8 @@ For each size, a text of that many bytes is generated (words drawn from a fixed 
 tokenized once by ``python -m fundamentallm prepare`` (character tokenizer: a pure-Python BPE
 encodes only ~1 MB/s, too slow for a gigabyte), then ``train --data`` runs a few steps of the
 nano model. Each runs in its own process; its peak RSS is the kernel's ``ru_maxrss`` for it
-(``os.wait4``).
+(``os.wait4``), split into the process's own (anonymous) memory and the pages of mapped files
+(python, torch's libraries, the token file) by sampling ``/proc/PID/status``.
 The files go to a temporary folder (``--workdir``) and are deleted. Prints the figures, then a
 JSON line. Wall times are of a loaded machine when others run; RSS does not depend on that.
 
@@ -43,18 +44,42 @@ def generate_text(path: Path, size_bytes: int, seed: int = 0) -> None:
             written += len(piece)
 
 
-def run(args: list[str], cwd: Path) -> tuple[float, float]:
-    """-> (peak RSS in MB, seconds) of ``python -m fundamentallm ARGS`` in a fresh process."""
+def _status_kb(pid: int) -> dict:
+    """VmRSS, RssAnon (the process's own memory) and RssFile (mapped file pages) in KB."""
+    values = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile"):
+                    values[key] = int(rest.split()[0])
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        pass
+    return values
+
+
+def run(args: list[str], cwd: Path) -> dict:
+    """Peak RSS (the kernel's ru_maxrss), peak anonymous and file-backed RSS (sampled every
+    20 ms from /proc), in MB, and the seconds of ``python -m fundamentallm ARGS``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
+    peaks = {"RssAnon": 0, "RssFile": 0}
     with open(cwd / "log.txt", "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "fundamentallm", *args], cwd=cwd, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own resource usage
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # this child's own usage
+            if pid:
+                break
+            for key, kb in _status_kb(proc.pid).items():
+                if key in peaks:
+                    peaks[key] = max(peaks[key], kb)
+            time.sleep(0.02)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError((cwd / "log.txt").read_text()[-2000:])
-    return usage.ru_maxrss / 1024, seconds  # ru_maxrss is in KB on Linux
+    return {"peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "peak_anon_mb": round(peaks["RssAnon"] / 1024, 1),
+            "peak_file_mb": round(peaks["RssFile"] / 1024, 1), "seconds": round(seconds, 1)}
 
 
 def main(argv=None) -> dict:
@@ -69,19 +94,18 @@ def main(argv=None) -> dict:
         try:
             generate_text(work / "corpus.txt", int(size_mb * 1e6))
             # a small validation split: train --data evaluates all of it at the end
-            prep_rss, prep_s = run(["prepare", "corpus.txt", "--tokenizer", "char", "--out", "data",
-                                    "--val-fraction", str(min(0.1, 2e5 / (size_mb * 1e6)))], work)
-            train_rss, train_s = run(["train", "--data", "data", "--preset", "nano", "--steps", str(args.steps),
-                                      "--batch-size", "16", "--eval-interval", "0", "--no-progress",
-                                      "--out", "run"], work)
+            prep = run(["prepare", "corpus.txt", "--tokenizer", "char", "--out", "data",
+                        "--val-fraction", str(min(0.1, 2e5 / (size_mb * 1e6)))], work)
+            train = run(["train", "--data", "data", "--preset", "nano", "--steps", str(args.steps),
+                         "--batch-size", "16", "--eval-interval", "0", "--no-progress", "--out", "run"], work)
             tokens = json.loads((work / "data" / "meta.json").read_text())["train_tokens"]
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        row = {"corpus_mb": size_mb, "train_tokens": tokens, "prepare_peak_rss_mb": round(prep_rss, 1),
-               "prepare_s": round(prep_s, 1), "train_peak_rss_mb": round(train_rss, 1), "train_s": round(train_s, 1)}
-        results.append(row)
-        print(f"{size_mb:8.0f} MB corpus ({tokens} train tokens): prepare peak RSS {prep_rss:.0f} MB "
-              f"({prep_s:.0f} s), train --data peak RSS {train_rss:.0f} MB ({train_s:.0f} s)", flush=True)
+        results.append({"corpus_mb": size_mb, "train_tokens": tokens, "prepare": prep, "train": train})
+        for name, r in (("prepare", prep), ("train --data", train)):
+            print(f"{size_mb:8.0f} MB corpus, {name:12}: peak RSS {r['peak_rss_mb']:6.0f} MB (own memory "
+                  f"{r['peak_anon_mb']:.0f} MB, mapped file pages {r['peak_file_mb']:.0f} MB), {r['seconds']:.0f} s",
+                  flush=True)
     out = {"benchmark": "memmap_rss", "steps": args.steps, "results": results,
            "load_average_1min": round(os.getloadavg()[0], 2), "cpu_count": os.cpu_count()}
     print(json.dumps(out))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import mmap
 import os
 import random
 import urllib.request
@@ -380,7 +381,14 @@ def load_prepared(data_dir: Union[str, os.PathLike]):
         if size != expected or not count:
             raise ValueError(f"{path}: size {size} bytes does not match meta.json (dtype={dtype!r}, "
                              f"{count} tokens = {expected} bytes); was it written by another prepare?")
-        arrays.append(np.memmap(path, dtype=dtype, mode="r"))
+        array = np.memmap(path, dtype=dtype, mode="r")
+        # subtle: batches read at random places; without this hint each page fault also reads
+        # (and maps, so RSS counts it) the next ~100 KB, and RSS grows with every batch
+        # (what nanoGPT avoids by re-creating its memmap for each batch).
+        raw = getattr(array, "_mmap", None)
+        if raw is not None and hasattr(mmap, "MADV_RANDOM"):
+            raw.madvise(mmap.MADV_RANDOM)
+        arrays.append(array)
     return tokenizer, arrays[0], arrays[1], meta
 
 
