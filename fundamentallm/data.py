@@ -178,6 +178,11 @@ def _windows(data, starts: torch.Tensor, length: int) -> torch.Tensor:
     """Rows ``data[s : s + length]`` for each start, as int64 ``(B, length)``; only those tokens
     are read (from a memmap: only their pages), never the whole stream."""
     if isinstance(data, np.ndarray):
+        if isinstance(data, np.memmap) and isinstance(data.base, mmap.mmap):
+            # subtle: every page a mapping has read stays in the process's RSS (as shared file
+            # pages) until it is unmapped, so RSS would grow batch after batch; reading through a
+            # fresh mapping, dropped on return, keeps it flat (nanoGPT re-creates its memmap too)
+            data = np.memmap(data.filename, dtype=data.dtype, mode="r", offset=data.offset, shape=data.shape)
         rows = np.stack([data[s:s + length] for s in starts.tolist()])  # (B, length)
         return torch.from_numpy(rows.astype(np.int64))
     return data[starts[:, None] + torch.arange(length)].long()  # (B, length)
@@ -381,14 +386,7 @@ def load_prepared(data_dir: Union[str, os.PathLike]):
         if size != expected or not count:
             raise ValueError(f"{path}: size {size} bytes does not match meta.json (dtype={dtype!r}, "
                              f"{count} tokens = {expected} bytes); was it written by another prepare?")
-        array = np.memmap(path, dtype=dtype, mode="r")
-        # subtle: batches read at random places; without this hint each page fault also reads
-        # (and maps, so RSS counts it) the next ~100 KB, and RSS grows with every batch
-        # (what nanoGPT avoids by re-creating its memmap for each batch).
-        raw = getattr(array, "_mmap", None)
-        if raw is not None and hasattr(mmap, "MADV_RANDOM"):
-            raw.madvise(mmap.MADV_RANDOM)
-        arrays.append(array)
+        arrays.append(np.memmap(path, dtype=dtype, mode="r"))
     return tokenizer, arrays[0], arrays[1], meta
 
 

@@ -277,3 +277,25 @@ def test_cli_prepare_then_train_from_the_memory_map(tmp_path, monkeypatch):
 
     ckpt = load_checkpoint(tmp_path / "run")
     assert ckpt.config.vocab_size == 300 and ckpt.extra["data"] == "d"
+
+
+def test_get_batch_on_a_memmap_keeps_rss_flat(tmp_path):
+    """Pages a mapping has read stay in RSS until unmapped; get_batch reads through a fresh
+    mapping, so 40 random batches from a 64 MB token file leave the caller's RSS where it was
+    (before, each random window added up to a 2 MB folio of file pages on Linux 6.x)."""
+    np = pytest.importorskip("numpy")
+    status = __import__("pathlib").Path("/proc/self/status")
+    if not status.exists():
+        pytest.skip("needs /proc (Linux)")
+
+    def rss_file_kb():
+        line = next(s for s in status.read_text().splitlines() if s.startswith("RssFile:"))
+        return int(line.split()[1])
+
+    np.random.default_rng(0).integers(0, 100, 32_000_000, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    mm = np.memmap(tmp_path / "t.bin", dtype=np.uint16, mode="r")
+    before = rss_file_kb()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        get_batch(mm, 16, 64, generator=g)
+    assert rss_file_kb() - before < 8_000  # KB; 640 windows over 64 MB would map far more
