@@ -74,7 +74,7 @@ def dropout_rate(text: str) -> float:
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fundamentallm", description=__doc__.split("\n\n")[0],
                                      epilog=EPILOG, formatter_class=_Formatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,generate,evaluate,doctor}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,generate,evaluate,doctor,prepare}")
 
     train = sub.add_parser("train", help="train a language model on a corpus", formatter_class=_Formatter,
                            description="Train a language model; checkpoints go to --out every "
@@ -86,6 +86,8 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="train a recipe of fundamentallm/recipes.py on the CPU budget's terms (the "
                        "records page's runs: its model and training settings, 2000 steps x 12 x 64 "
                        "characters, seed 1337); flags you give still override it")
+    train.add_argument("--data", default=None, help="a folder written by `prepare` (train.bin/val.bin, "
+                       "read by memory map; its tokenizer replaces --corpus/--tokenizer)")
     train.add_argument("--tokenizer", default="char", choices=("char", "bpe"), help="tokenizer kind")
     train.add_argument("--vocab-size", type=positive_int, default=512, help="BPE vocabulary size (>= 256)")
     train.add_argument("--block-size", type=positive_int, default=None, help="context length (None: the preset's)")
@@ -136,7 +138,24 @@ def _build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="print versions, the device and whether each chapter's "
                          "imports resolve", formatter_class=_Formatter)
     doc.add_argument("--book", default=None, help="folder of chapter notebooks (None: the repository's book/)")
+    prep = sub.add_parser("prepare", help="tokenize a text file once into train.bin/val.bin for "
+                          "`train --data`", formatter_class=_Formatter)
+    prep.add_argument("text", help="a UTF-8 text file (streamed: any size)")
+    prep.add_argument("--tokenizer", default="char", help="'char', 'bpe' (trained on the first 10 MB), "
+                      "a tokenizer .json file, or a folder with GPT-2's vocab.json + merges.txt")
+    prep.add_argument("--vocab-size", type=positive_int, default=512, help="BPE vocabulary size (>= 256)")
+    prep.add_argument("--val-fraction", type=fraction, default=0.1, help="last fraction of the tokens held out")
+    prep.add_argument("--out", required=True, help="output folder")
     return parser
+
+
+def cmd_prepare(args: argparse.Namespace) -> dict:
+    from .data import prepare, tokenizer_for_text
+
+    meta = prepare(args.text, tokenizer_for_text(args.text, args.tokenizer, args.vocab_size), args.out,
+                   args.val_fraction)
+    print(f"{args.out}: {meta['train_tokens']} + {meta['val_tokens']} tokens ({meta['dtype']})")
+    return {"command": "prepare", "out": args.out, **meta}
 
 
 def cmd_train(args: argparse.Namespace) -> dict:
@@ -227,7 +246,8 @@ def cmd_doctor(args: argparse.Namespace) -> dict:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _build_parser().parse_args(argv)
-    commands = {"train": cmd_train, "generate": cmd_generate, "evaluate": cmd_evaluate, "doctor": cmd_doctor}
+    commands = {"train": cmd_train, "generate": cmd_generate, "evaluate": cmd_evaluate, "doctor": cmd_doctor,
+                "prepare": cmd_prepare}
     try:
         result = commands[args.command](args)
     except CommandError as err:

@@ -21,6 +21,7 @@ from .recipes import (  # noqa: F401  (re-exported: the lists of allowed values 
     PRESETS,
     ROPE_SCALING_KEYS,
     ROPE_SCALINGS,
+    ROPE_STYLES,
 )
 from .recipes import check_choice as _check_choice
 
@@ -83,6 +84,9 @@ class TransformerConfig:
     causal: bool = True
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
+    # RoPE's channel pairing: "half" (i, i + D/2; GPT-NeoX, Hugging Face) or "interleaved"
+    # (2i, 2i+1; the RoPE paper, Meta's LLaMA). Checkpoints without the field load as "half".
+    rope_style: str = "half"
     attn_impl: str = "explicit"  # "sdpa" opts into torch's fused kernel, tested equal
     # The modern decoder (chapter 14). Defaults give the GPT-2-era model above.
     num_kv_heads: Optional[int] = None  # key/value heads: None = num_heads (MHA), 1 = MQA, between = GQA
@@ -121,6 +125,7 @@ class TransformerConfig:
         _check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("attn_impl", self.attn_impl, ATTN_IMPLS)
+        _check_choice("rope_style", self.rope_style, ROPE_STYLES)
         for name in ("bias", "tie_weights", "causal", "qk_norm", "value_embeddings"):
             _check_bool(name, getattr(self, name))
         if self.pos_encoding == "rope" and self.head_dim % 2 != 0:

@@ -4,19 +4,27 @@
   Python (``pydoc_data``): about half a megabyte of English and code, no network needed.
 * ``TextDataset`` turns one long stream of token ids into (input, target) windows where the
   target is the input shifted by one token -- next-token prediction (Radford et al. 2018).
+* ``get_batch`` draws random windows by slicing, so the corpus may be a ``numpy.memmap`` of
+  uint16 ids on disk: ``prepare`` tokenizes a text file once into ``train.bin``/``val.bin`` (as
+  nanoGPT's ``prepare.py`` does) and ``load_prepared`` maps them, so a corpus larger than memory
+  trains in flat memory.
 * ``digit_operations`` generates the course's capstone task, ``Max ( 3 5 1 ) -> 5``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
+import json
+import mmap
 import os
 import random
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
@@ -150,20 +158,66 @@ class TextDataset(Dataset):
         return chunk[:-1], chunk[1:]  # (T,), (T,)
 
 
-def get_batch(data, batch_size: int, block_size: int,
+def _as_stream(data):
+    """A 1-D integer token stream, kept as it is when it is a tensor or a NumPy array (a
+    ``numpy.memmap`` stays on disk: nothing is read or converted here); a list becomes a tensor."""
+    if isinstance(data, np.ndarray):
+        if data.ndim != 1 or data.dtype.kind not in "iu":
+            raise ValueError(f"data must be a 1-D array of integer token ids, got shape {data.shape} "
+                             f"and dtype {data.dtype}")
+        return data
+    if isinstance(data, torch.Tensor):
+        if data.dim() != 1 or data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
+            raise ValueError(f"data must be a 1-D tensor of integer token ids, got shape "
+                             f"{tuple(data.shape)} and dtype {data.dtype}")
+        return data
+    return _as_ids(data)
+
+
+def _windows(data, starts: torch.Tensor, length: int) -> torch.Tensor:
+    """Rows ``data[s : s + length]`` for each start, as int64 ``(B, length)``; only those tokens
+    are read (from a memmap: only their pages), never the whole stream."""
+    if isinstance(data, np.ndarray):
+        if isinstance(data, np.memmap) and isinstance(data.base, mmap.mmap):
+            # subtle: every page a mapping has read stays in the process's RSS (as shared file
+            # pages) until it is unmapped, so RSS would grow batch after batch; reading through a
+            # fresh mapping, dropped on return, keeps it flat (nanoGPT re-creates its memmap too)
+            data = np.memmap(data.filename, dtype=data.dtype, mode="r", offset=data.offset, shape=data.shape)
+        rows = np.stack([data[s:s + length] for s in starts.tolist()])  # (B, length)
+        return torch.from_numpy(rows.astype(np.int64))
+    return data[starts[:, None] + torch.arange(length)].long()  # (B, length)
+
+
+def get_batch(data, batch_size: int, block_size: int, device=None,
               generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``batch_size`` random windows of a token stream: ``x, y`` of shape ``(B, T)``, ``y`` being
-    ``x`` shifted by one. Pass a seeded ``torch.Generator`` for reproducible batches."""
-    data = _as_ids(data)
+    """``batch_size`` random windows of a token stream: ``x, y`` int64 ``(B, T)``, ``y`` being
+    ``x`` shifted by one (nanoGPT's ``get_batch``). Pass a seeded ``torch.Generator`` for
+    reproducible batches.
+
+    ``data``: a 1-D tensor, list or NumPy array of ids -- a ``numpy.memmap`` of uint16 included:
+    only the ``B·(T+1)`` tokens of the batch are read and converted, never the whole corpus.
+    ``device``: where ``x, y`` go (on CUDA through pinned memory, copied asynchronously). A
+    ``torch.Generator`` passed in ``device``'s place (positionally, as before ``device``
+    existed) is taken as the generator.
+    """
+    if isinstance(device, torch.Generator) and generator is None:
+        device, generator = None, device
+    data = _as_stream(data)
     for name, value in (("batch_size", batch_size), ("block_size", block_size)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}={value!r} must be an integer >= 1")
     if len(data) < block_size + 1:
         raise ValueError(f"{len(data)} tokens are too few for block_size={block_size}")
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
-    offsets = torch.arange(block_size + 1)  # (T + 1,)
-    chunks = data[starts[:, None] + offsets]  # (B, T + 1)
-    return chunks[:, :-1], chunks[:, 1:]
+    chunks = _windows(data, starts, block_size + 1)  # (B, T + 1)
+    x, y = chunks[:, :-1], chunks[:, 1:]
+    if device is not None:
+        device = torch.device(device)
+        if device.type == "cuda":
+            return (x.pin_memory().to(device, non_blocking=True),
+                    y.pin_memory().to(device, non_blocking=True))
+        x, y = x.to(device), y.to(device)
+    return x, y
 
 
 class DataSource:
@@ -180,7 +234,7 @@ class DataSource:
             if len(data) == 0:
                 raise ValueError("the dataset is empty")
         else:
-            self.stream, self.dataset = _as_ids(data), None
+            self.stream, self.dataset = _as_stream(data), None
             if block_size is None:
                 raise ValueError("a token stream needs a block_size: set TrainConfig.block_size or "
                                  "use a model with config.max_seq_len")
@@ -196,7 +250,7 @@ class DataSource:
 
     def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
         if self.stream is not None:
-            return get_batch(self.stream, batch_size, self.block_size, generator)
+            return get_batch(self.stream, batch_size, self.block_size, generator=generator)
         return self._collate(torch.randint(len(self.dataset), (batch_size,), generator=generator).tolist())
 
     def batches(self, batch_size: int):
@@ -204,11 +258,136 @@ class DataSource:
             T, n = self.block_size, (len(self.stream) - 1) // self.block_size
             for b in range(0, n, batch_size):
                 starts = torch.arange(b, min(n, b + batch_size)) * T  # (B,)
-                chunks = self.stream[starts[:, None] + torch.arange(T + 1)]  # (B, T + 1)
+                chunks = _windows(self.stream, starts, T + 1)  # (B, T + 1)
                 yield chunks[:, :-1], chunks[:, 1:]
         else:
             for b in range(0, len(self.dataset), batch_size):
                 yield self._collate(list(range(b, min(len(self.dataset), b + batch_size))))
+
+
+# --- Token files: tokenize once, train from a memory map ----------------------------------------
+
+PREPARED_DTYPES = ("uint16", "uint32")  # uint16 holds ids < 65536 (GPT-2's 50257 fit)
+META_FILE = "meta.json"
+
+
+def _text_pieces(path: Path, chunk_chars: int = 1 << 20) -> Iterable[str]:
+    """A UTF-8 text file as pieces of about a million characters (memory stays flat)."""
+    with open(path, encoding="utf-8") as f:
+        while True:
+            piece = f.read(chunk_chars)
+            if not piece:
+                return
+            yield piece
+
+
+def prepare(text_path: Union[str, os.PathLike], tokenizer, out_dir: Union[str, os.PathLike],
+            val_fraction: float = 0.1) -> dict:
+    """Tokenize a text file once into ``out_dir/train.bin`` and ``val.bin`` (raw little-endian
+    ids, uint16 when the vocabulary fits, as nanoGPT's ``prepare.py`` writes them), plus
+    ``tokenizer.json`` and ``meta.json`` (dtype, token counts, vocab_size). The validation split
+    is the last ``val_fraction`` of the tokens. The text is streamed
+    (``tokenizer.encode_iterable`` when it has one): memory does not grow with the file.
+    Returns the meta dict. Read back with :func:`load_prepared`."""
+    text_path, out_dir = Path(text_path), Path(out_dir)
+    if not text_path.is_file():
+        raise FileNotFoundError(f"text file {str(text_path)!r} does not exist")
+    if not isinstance(val_fraction, float) or not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction={val_fraction!r} must be a float in (0, 1)")
+    dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / "all.bin.tmp"
+    n = 0
+    pieces = _text_pieces(text_path)
+    stream = (tokenizer.encode_iterable(pieces) if hasattr(tokenizer, "encode_iterable")
+              else itertools.chain.from_iterable(map(tokenizer.encode, pieces)))  # iterator of ids
+    with open(tmp, "wb") as f:
+        while batch := list(itertools.islice(stream, 1 << 20)):  # a million ids at a time
+            array = np.asarray(batch, dtype=np.int64)
+            if array.min() < 0 or array.max() >= 1 << (8 * np.dtype(dtype).itemsize):
+                raise ValueError(f"tokenizer gave id {array.max()} that dtype={dtype!r} cannot hold")
+            f.write(array.astype(dtype).tobytes())
+            n += len(batch)
+    n_train = int(n * (1.0 - val_fraction))
+    if n_train == 0 or n_train == n:
+        tmp.unlink()
+        raise ValueError(f"val_fraction={val_fraction!r} of {n} tokens leaves an empty split")
+    size = np.dtype(dtype).itemsize
+    with open(tmp, "rb") as src, open(out_dir / "val.bin", "wb") as dst:  # copy the tail ...
+        src.seek(n_train * size)
+        while block := src.read(1 << 24):
+            dst.write(block)
+    os.truncate(tmp, n_train * size)  # ... and cut it off: the head is train.bin, never copied
+    os.replace(tmp, out_dir / "train.bin")
+    tokenizer.save(out_dir / "tokenizer.json")
+    meta = {"format": 1, "dtype": dtype, "train_tokens": n_train, "val_tokens": n - n_train,
+            "vocab_size": tokenizer.vocab_size, "tokenizer": "tokenizer.json", "source": str(text_path)}
+    (out_dir / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    return meta
+
+
+def tokenizer_for_text(text_path: Union[str, os.PathLike], kind: str, vocab_size: int = 512,
+                       sample_chars: int = 10_000_000):
+    """The tokenizer ``prepare`` uses: ``"char"`` (every character of the file, streamed),
+    ``"bpe"`` (a :class:`ByteBPETokenizer` of ``vocab_size`` trained on the first
+    ``sample_chars`` characters, with ``<|endoftext|>`` as a special token), the path of a saved
+    tokenizer ``.json``, or a folder holding GPT-2's ``vocab.json`` + ``merges.txt``."""
+    from .tokenizers import ByteBPETokenizer, CharacterTokenizer, Tokenizer
+
+    if kind == "char":
+        chars: set = set()
+        for piece in _text_pieces(Path(text_path)):
+            chars.update(piece)
+        return CharacterTokenizer(chars)
+    if kind == "bpe":
+        with open(text_path, encoding="utf-8") as f:
+            sample = f.read(sample_chars)
+        return ByteBPETokenizer.from_text(sample, vocab_size, special_tokens=["<|endoftext|>"])
+    path = Path(kind)
+    if path.is_dir() and (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
+        table = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
+        specials = ["<|endoftext|>"] if "<|endoftext|>" in table else []
+        return ByteBPETokenizer.from_gpt2_files(path / "vocab.json", path / "merges.txt", specials)
+    if path.is_file():
+        return Tokenizer.load(path)
+    raise ValueError(f"tokenizer={kind!r} is not 'char', 'bpe', a tokenizer .json file or a folder "
+                     f"with vocab.json + merges.txt")
+
+
+def load_prepared(data_dir: Union[str, os.PathLike]):
+    """-> ``(tokenizer, train, val, meta)`` from a folder written by :func:`prepare`; ``train``
+    and ``val`` are read-only ``numpy.memmap``s (nothing is read until a batch slices them).
+    A ``.bin`` whose size does not match ``meta.json``'s dtype and token count raises
+    ``ValueError`` naming the file."""
+    from .tokenizers import Tokenizer
+
+    data_dir = Path(data_dir)
+    meta_path = data_dir / META_FILE
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"data={str(data_dir)!r} has no {META_FILE}; write the folder with "
+                                f"`python -m fundamentallm prepare TEXT --out {data_dir}`")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        dtype, counts = meta["dtype"], (meta["train_tokens"], meta["val_tokens"])
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{meta_path} is not a meta file written by prepare ({err!r})") from err
+    if dtype not in PREPARED_DTYPES:
+        raise ValueError(f"{meta_path}: dtype={dtype!r} is not supported; allowed values: "
+                         f"{', '.join(map(repr, PREPARED_DTYPES))}")
+    tokenizer = Tokenizer.load(data_dir / meta.get("tokenizer", "tokenizer.json"))
+    if tokenizer.vocab_size > np.iinfo(dtype).max + 1:
+        raise ValueError(f"{meta_path}: dtype={dtype!r} cannot hold the ids of a tokenizer with "
+                         f"vocab_size={tokenizer.vocab_size}")
+    arrays = []
+    for name, count in zip(("train.bin", "val.bin"), counts):
+        path = data_dir / name
+        size = path.stat().st_size if path.is_file() else None
+        expected = count * np.dtype(dtype).itemsize if isinstance(count, int) else None
+        if size != expected or not count:
+            raise ValueError(f"{path}: size {size} bytes does not match meta.json (dtype={dtype!r}, "
+                             f"{count} tokens = {expected} bytes); was it written by another prepare?")
+        arrays.append(np.memmap(path, dtype=dtype, mode="r"))
+    return tokenizer, arrays[0], arrays[1], meta
 
 
 # --- The digit-operations task -------------------------------------------------------------------

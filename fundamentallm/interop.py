@@ -254,3 +254,60 @@ def from_hf_llama(model_or_state_dict: Any, config: Any = None, num_heads: Optio
             w[b + "ff.up.weight"] = _take(sd, h + "mlp.up_proj.weight")
             w[b + "ff.down.weight"] = _take(sd, h + "mlp.down_proj.weight")
     return _load(Transformer(cfg), w)
+
+
+def permute_rope_weights(weight: torch.Tensor, num_heads: int, to: str = "half") -> torch.Tensor:
+    """Reorder the rows of a query or key projection between the two RoPE conventions.
+
+    ``weight``: ``(num_heads·D, ...)`` -- a ``q_proj``/``k_proj`` weight ``(out, in)``, its bias
+    ``(out,)``, or a per-head norm gain ``(D,)`` with ``num_heads=1``. ``to="half"`` turns Meta's
+    interleaved layout (pair ``k`` = channels ``2k, 2k+1`` of each head) into the half layout
+    (pair ``k`` = channels ``k, k + D/2``), exactly as Hugging Face's
+    ``convert_llama_weights_to_hf.py`` does (its ``permute``); ``to="interleaved"`` undoes it.
+    The attention scores are unchanged: q·k is a sum over channels, and both q and k are
+    permuted the same way, so only the pairing that RoPE rotates moves.
+    """
+    from .positions import check_rope_style
+
+    check_rope_style(to, "to")
+    if not isinstance(weight, torch.Tensor) or weight.dim() == 0:
+        raise TypeError(f"weight must be a tensor with rows num_heads·head_dim, got {type(weight).__name__}")
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 \
+            or weight.shape[0] % (2 * num_heads):
+        raise ValueError(f"num_heads={num_heads!r} must be a positive integer with 2·num_heads dividing "
+                         f"the weight's first dimension {weight.shape[0]} (each head has an even head_dim)")
+    rest = tuple(weight.shape[1:])
+    D = weight.shape[0] // num_heads
+    if to == "half":  # row (h, 2k + j) -> row (h, j·D/2 + k)
+        return weight.reshape(num_heads, D // 2, 2, *rest).transpose(1, 2).reshape(weight.shape)
+    return weight.reshape(num_heads, 2, D // 2, *rest).transpose(1, 2).reshape(weight.shape)
+
+
+def convert_rope_style(model: Transformer, style: str) -> Transformer:
+    """A copy of ``model`` (a RoPE :class:`Transformer`) with ``rope_style=style`` that computes
+    the same logits: the query and key rows of every layer's fused ``qkv`` projection (weight and
+    bias) and the QK-norm gains are permuted by :func:`permute_rope_weights`. Converting a model
+    already in ``style`` returns an equal copy."""
+    from .positions import check_rope_style
+
+    check_rope_style(style)
+    c = model.config
+    if c.pos_encoding != "rope":
+        raise ValueError(f"convert_rope_style needs a model with pos_encoding='rope', got {c.pos_encoding!r}")
+    new = Transformer(TransformerConfig.from_dict({**c.to_dict(), "rope_style": style}))
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if style != c.rope_style:
+        q_rows, k_rows = c.d_model, c.kv_heads * c.head_dim
+        for i in range(c.num_layers):
+            for name in (f"blocks.{i}.attn.qkv.weight", f"blocks.{i}.attn.qkv.bias"):
+                if name in sd:
+                    w = sd[name]
+                    q, k, v = w.split([q_rows, k_rows, k_rows], dim=0)
+                    sd[name] = torch.cat([permute_rope_weights(q, c.num_heads, to=style),
+                                          permute_rope_weights(k, c.kv_heads, to=style), v], 0)
+            for norm in ("q_norm", "k_norm"):
+                name = f"blocks.{i}.attn.{norm}.weight"
+                if name in sd:
+                    sd[name] = permute_rope_weights(sd[name], 1, to=style)
+    new.load_state_dict(sd)
+    return new.train(model.training)

@@ -139,7 +139,8 @@ class _Backbone(nn.Module):
         self.pos_encoding = None
         self.rope = None
         if c.pos_encoding == "rope":
-            self.rope = RotaryEmbedding(c.head_dim, c.max_seq_len, base=c.rope_base, scaling=c.rope_scaling)
+            self.rope = RotaryEmbedding(c.head_dim, c.max_seq_len, base=c.rope_base, scaling=c.rope_scaling,
+                                        style=c.rope_style)
         else:
             self.pos_encoding = create_positional_encoding(c.pos_encoding, c.d_model, c.max_seq_len)
         for positions in (self.rope, self.pos_encoding):

@@ -15,7 +15,7 @@ from typing import Optional, Union
 import torch
 from torch import nn
 
-from .recipes import POS_ENCODINGS
+from .recipes import POS_ENCODINGS, ROPE_STYLES  # ROPE_STYLES: which channels RoPE pairs
 
 
 def _check_positions(T: int, start_pos: int, max_seq_len: int, name: str) -> None:
@@ -107,9 +107,26 @@ class LearnedPositionalEncoding(nn.Module):
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension."""
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension (the "half" convention:
+    channel i is paired with channel i + D/2, as in GPT-NeoX and Hugging Face)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
+    """(x0, x1, x2, x3, ...) -> (-x1, x0, -x3, x2, ...) on the last dimension (the "interleaved"
+    convention: channel 2i is paired with channel 2i+1, as in the RoPE paper and Meta's LLaMA)."""
+    x0, x1 = x[..., 0::2], x[..., 1::2]  # (..., D/2) each
+    return torch.stack((-x1, x0), dim=-1).flatten(-2)
+
+
+def check_rope_style(style: str, name: str = "style") -> str:
+    """``style`` itself if it is one of :data:`ROPE_STYLES`, else a ``ValueError`` naming the
+    parameter ``name``."""
+    if not isinstance(style, str) or style not in ROPE_STYLES:
+        raise ValueError(f"{name}={style!r} is not a RoPE convention; allowed values: "
+                         f"{', '.join(map(repr, ROPE_STYLES))}")
+    return style
 
 
 def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: Optional[dict] = None) -> torch.Tensor:
@@ -141,11 +158,17 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: Optional[dic
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding in the half-rotation convention (GPT-NeoX, LLaMA).
+    """Rotary position embedding (Su et al. 2021) in either convention of pairing channels.
 
-    Channel ``i`` is paired with channel ``i + head_dim/2`` and the pair is rotated by the angle
-    ``pos · base^(-2i/head_dim)``. Input/output ``(B, H, T, head_dim)``; applied to queries and
-    keys only, inside attention. ``scaling`` rescales the speeds (see :func:`rope_frequencies`).
+    The k-th pair of channels is rotated by the angle ``pos · base^(-2k/head_dim)``.
+    ``style="half"`` (default; GPT-NeoX, Hugging Face's LLaMA): pair ``k`` is channels
+    ``(k, k + head_dim/2)``. ``style="interleaved"`` (the RoPE paper, Meta's original LLaMA,
+    many course references): pair ``k`` is channels ``(2k, 2k+1)``. The two are the same
+    rotation with the channels permuted, so a model trained in one convention runs in the other
+    once its query/key projection rows are permuted (:func:`fundamentallm.interop.permute_rope_weights`);
+    without that, it loads without error and computes wrong scores.
+    Input/output ``(B, H, T, head_dim)``; applied to queries and keys only, inside attention.
+    ``scaling`` rescales the speeds (see :func:`rope_frequencies`).
 
     ``forward(x, start_pos)`` rotates the ``T`` rows of ``x`` as positions ``start_pos..``;
     ``forward(x, token_positions=p)`` as the positions in ``p``, any integer tensor ``(T,)`` or
@@ -157,14 +180,19 @@ class RotaryEmbedding(nn.Module):
     check_positions = True
 
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0,
-                 scaling: Optional[dict] = None) -> None:
+                 scaling: Optional[dict] = None, style: str = "half") -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"head_dim={head_dim} must be even for rotary embeddings")
+        self.style = check_rope_style(style)
         self.head_dim, self.max_seq_len, self.base, self.scaling = head_dim, max_seq_len, base, scaling
         inv_freq = rope_frequencies(head_dim, base, scaling)  # (D/2,)
         angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)  # (T, D/2)
-        angles = torch.cat((angles, angles), dim=-1)  # (T, D): the same angle for both halves
+        if style == "half":
+            angles = torch.cat((angles, angles), dim=-1)  # (T, D): [θ0..θ_{D/2-1}, θ0..θ_{D/2-1}]
+        else:
+            angles = angles.repeat_interleave(2, dim=-1)  # (T, D): [θ0, θ0, θ1, θ1, ...]
+        self._rotate = rotate_half if style == "half" else rotate_interleaved
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
@@ -181,21 +209,21 @@ class RotaryEmbedding(nn.Module):
         sin = _table_rows(self.sin, T, start_pos, token_positions).to(x.dtype)
         if cos.dim() == 3 and x.dim() == 4:  # (B, T, D) -> (B, 1, T, D): the same angles for every head
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        return x * cos + rotate_half(x) * sin
+        return x * cos + self._rotate(x) * sin
 
 
 def create_positional_encoding(kind: str, d_model: int, max_seq_len: int,
-                               head_dim: Optional[int] = None, base: float = 10000.0
-                               ) -> Union[nn.Module, None]:
+                               head_dim: Optional[int] = None, base: float = 10000.0,
+                               rope_style: str = "half") -> Union[nn.Module, None]:
     """``"learned"`` / ``"sinusoidal"``: a module adding positions to embeddings;
-    ``"rope"``: a :class:`RotaryEmbedding` over ``head_dim`` (default ``d_model``), applied in
-    attention; ``"none"``: ``None``."""
+    ``"rope"``: a :class:`RotaryEmbedding` over ``head_dim`` (default ``d_model``) in
+    ``rope_style``, applied in attention; ``"none"``: ``None``."""
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_seq_len)
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model, max_seq_len)
     if kind == "rope":
-        return RotaryEmbedding(head_dim or d_model, max_seq_len, base=base)
+        return RotaryEmbedding(head_dim or d_model, max_seq_len, base=base, style=rope_style)
     if kind == "none":
         return None
     raise ValueError(f"pos_encoding={kind!r} is not supported; allowed values: "

@@ -22,6 +22,7 @@ POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 ACTIVATIONS = ("gelu", "relu", "swiglu", "relu2")
 ATTN_IMPLS = ("explicit", "sdpa")
 ROPE_SCALINGS = ("linear", "llama3")
+ROPE_STYLES = ("half", "interleaved")  # which channels RoPE pairs (positions.RotaryEmbedding)
 CANON_PLACES = ("embed", "attn", "ffn")  # where canon layers go (fundamentallm/canon.py)
 POOLINGS = ("first", "mean")  # TransformerClassifier
 # The keys each RoPE scaling rule takes (besides "rope_type"), as in Hugging Face's configs.

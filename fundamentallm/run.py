@@ -141,13 +141,18 @@ def cmd_train(args: argparse.Namespace, defaults: dict) -> dict:
         device = str(dist_device)
     main = is_main_process()
     set_seed(args.seed)
-    text = load_corpus(args.corpus)
+    data = getattr(args, "data", None)  # a folder written by `prepare`: memory-mapped token files
+    if data is not None:
+        from .data import load_prepared
+
+        data_tokenizer, train_ids, val_ids, _ = load_prepared(data)
+    text = load_corpus(args.corpus) if data is None else None
     if saved is not None:  # the checkpoint is read once, here (trainer.pt when the trainer exists)
         ckpt = load_checkpoint(args.out)
         tokenizer, config, model = ckpt.tokenizer, ckpt.config, ckpt.model
     else:
-        tokenizer = (CharacterTokenizer.from_text(text) if args.tokenizer == "char"
-                     else ByteBPETokenizer.from_text(text, args.vocab_size))
+        tokenizer = (data_tokenizer if data is not None else CharacterTokenizer.from_text(text)
+                     if args.tokenizer == "char" else ByteBPETokenizer.from_text(text, args.vocab_size))
         if recipe is not None:
             config = TransformerConfig(vocab_size=tokenizer.vocab_size, max_seq_len=args.block_size,
                                        dropout=args.dropout, **recipe["model"])
@@ -157,8 +162,9 @@ def cmd_train(args: argparse.Namespace, defaults: dict) -> dict:
             if args.block_size is not None:
                 config = TransformerConfig.from_dict({**config.to_dict(), "max_seq_len": args.block_size})
         model = Transformer(config)
-    ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    train_ids, val_ids = train_val_split(ids, args.val_fraction)
+    if data is None:
+        ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+        train_ids, val_ids = train_val_split(ids, args.val_fraction)
     eval_interval = args.eval_interval if args.eval_interval is not None else max(1, args.steps // 5)
     recipe_train = {k: v for k, v in (recipe or {}).get("train", {}).items()
                     if k not in ("lr", "optimizer", "mixed_precision", "warmup_steps")}  # the flags carry those
@@ -177,7 +183,8 @@ def cmd_train(args: argparse.Namespace, defaults: dict) -> dict:
     def save(complete: bool, metrics: Optional[dict] = None) -> None:
         if main:
             save_checkpoint(args.out, model, tokenizer=tokenizer, trainer=trainer,
-                            extra={"corpus": args.corpus, "val_fraction": args.val_fraction,
+                            extra={"corpus": args.corpus if data is None else None, "data": data,
+                                   "val_fraction": args.val_fraction,
                                    "args": run_args, "step_done": trainer.step, "complete": complete,
                                    "metrics": metrics or {}})
             last_saved["step"] = trainer.step
@@ -233,8 +240,9 @@ def cmd_train(args: argparse.Namespace, defaults: dict) -> dict:
             signal.signal(signal.SIGINT, previous)
         cleanup()
     wall = time.perf_counter() - start
-    metrics = {"command": "train", "corpus": args.corpus, "preset": args.preset,
-               "tokenizer": args.tokenizer, "parameters": model.num_parameters(), "steps": trainer.step,
+    metrics = {"command": "train", "corpus": args.corpus if data is None else None, "data": data,
+               "preset": args.preset, "tokenizer": args.tokenizer if data is None else type(tokenizer).__name__,
+               "parameters": model.num_parameters(), "steps": trainer.step,
                "train_loss": history["train_loss"][-1], "val_loss": history["val_loss"][-1],
                "val_perplexity": history["val_perplexity"][-1], "tokens_seen": trainer.tokens_seen,
                "tokens_per_s": round((trainer.tokens_seen / max(trainer.elapsed, 1e-9)), 1),

@@ -1,9 +1,15 @@
-"""Tokenizers: text <-> lists of integer ids.
+r"""Tokenizers: text <-> lists of integer ids.
 
 A ladder in the style of minbpe: ``Tokenizer`` (the shared interface and JSON save/load) ->
 ``CharacterTokenizer`` (one id per character seen in training) -> ``ByteBPETokenizer``
 (byte-level byte-pair encoding, Sennrich et al. 2016 as used by GPT-2, Radford et al. 2019:
 start from the 256 byte values, repeatedly merge the most frequent adjacent pair into a new id).
+
+``ByteBPETokenizer`` follows the conventions a user comparing with the references expects:
+GPT-2's pre-tokenizer regex exactly (via the ``regex`` package, which knows ``\p{L}``), merges
+applied in the order they were learned (GPT-2, Hugging Face), special tokens never split and
+never merged across, with ``allowed_special``/``disallowed_special`` as in ``tiktoken``, and
+GPT-2's ``vocab.json`` + ``merges.txt`` read and written with the ids they hold.
 """
 
 from __future__ import annotations
@@ -11,22 +17,28 @@ from __future__ import annotations
 import heapq
 import json
 import os
-import re
+import re as std_re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Iterator, Optional, Union
 
-# GPT-2's pre-tokenisation pattern, rewritten for the standard-library ``re`` (which has no
-# ``\p{L}``): contractions, optionally-space-prefixed runs of letters / digits / other symbols,
-# and whitespace. Merges never cross these chunk boundaries, so " the" and "the." stay apart.
-# subtle: ``[^\W\d_]`` means "a letter" (a word character that is neither digit nor underscore),
-# and the last alternatives guarantee that every character of any text lands in some chunk.
-GPT2_SPLIT_PATTERN = (r"'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+")
+import regex as re  # the standard library's ``re`` has no ``\p{L}`` (any letter of any script)
+
+# GPT-2's pre-tokenisation pattern, exactly as in its encoder.py (Radford et al. 2019):
+# contractions, optionally-space-prefixed runs of letters / numbers / other symbols, and
+# whitespace. Merges never cross these chunk boundaries, so " the" and "the." stay apart.
+GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# The approximation used before the ``regex`` package (``[^\W\d_]`` for a letter): it differs from
+# GPT-2 on a letter next to a character such as ² or ①. Kept so tokenizer files saved with it load
+# and encode exactly as before.
+LEGACY_SPLIT_PATTERN = r"'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"
 PathLike = Union[str, os.PathLike]
 # The split patterns a tokenizer FILE may name. A file is data and is meant to be safe to load, but
 # a regular expression is a program: ``"(.|.)*Z"`` backtracks exponentially and hangs ``encode``.
 # So ``Tokenizer.load`` accepts only these; a pattern of your own is passed in code instead.
-KNOWN_PATTERNS = {"gpt2": GPT2_SPLIT_PATTERN, "none": None}
+KNOWN_PATTERNS = {"gpt2": GPT2_SPLIT_PATTERN, "legacy": LEGACY_SPLIT_PATTERN, "none": None}
+# How training breaks a tie between equally frequent pairs (see ByteBPETokenizer.train).
+TIE_RULES = ("lexicographic", "first-seen")
 
 
 class Tokenizer:
@@ -59,8 +71,10 @@ class Tokenizer:
         kind = state.get("type")
         if kind not in kinds:
             raise ValueError(f"tokenizer type {kind!r} is unknown; allowed values: {', '.join(kinds)}")
-        if state.get("version") != 1:
-            raise ValueError(f"tokenizer version={state.get('version')!r} is not supported; allowed: 1")
+        versions = (1, 2) if kind == "ByteBPETokenizer" else (1,)
+        if state.get("version") not in versions:
+            raise ValueError(f"tokenizer version={state.get('version')!r} is not supported; allowed: "
+                             f"{', '.join(map(str, versions))}")
         return kinds[kind]._from_state(state)
 
     @classmethod
@@ -170,62 +184,144 @@ def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
     return out
 
 
-class ByteBPETokenizer(Tokenizer):
-    """Byte-level BPE: ids 0..255 are the bytes, id ``256 + k`` is the k-th learned merge.
+def _is_id(i: Any) -> bool:
+    return isinstance(i, int) and not isinstance(i, bool)
 
-    Any text round-trips exactly (``decode(encode(s)) == s``): it is encoded as its UTF-8 bytes.
-    An arbitrary id list may cut a multi-byte character; ``decode`` then writes U+FFFD for the
-    broken bytes. ``pattern`` (default GPT-2-like, ``None`` for none) splits the text into chunks
-    before merging.
+
+def _check_specials(special_tokens: Any) -> list[str]:
+    """``special_tokens`` as a list of distinct non-empty strings, or a clear error."""
+    if special_tokens is None:
+        return []
+    if isinstance(special_tokens, (str, bytes)) or not hasattr(special_tokens, "__iter__"):
+        raise TypeError(f"special_tokens must be a list of strings, got {type(special_tokens).__name__}")
+    specials = list(special_tokens)
+    for s in specials:
+        if not isinstance(s, str) or not s:
+            raise TypeError(f"special_tokens must be non-empty strings, got {s!r} ({type(s).__name__})")
+    if len(set(specials)) != len(specials):
+        raise ValueError(f"special_tokens={specials!r} holds a token twice")
+    return specials
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map byte -> printable character used in ``vocab.json``/``merges.txt``:
+    printable bytes stand for themselves, the other 68 (space, controls, ...) for chr(256 + n)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, n = {b: chr(b) for b in printable}, 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+class ByteBPETokenizer(Tokenizer):
+    """Byte-level BPE (GPT-2's): every text is its UTF-8 bytes, merged by learned pairs.
+
+    State: ``vocab`` (id -> bytes), ``merges`` ((id, id) -> new id, in learning order: encoding
+    applies the earliest-learned merge present, as GPT-2 and Hugging Face do) and
+    ``special_tokens`` (str -> id). A tokenizer trained here (or built from ``merges`` pairs)
+    has ids 0..255 for the bytes, ``256 + k`` for the k-th merge, then the special tokens, as
+    GPT-2's vocabulary is laid out; one built by :meth:`from_vocab_merges` or
+    :meth:`from_gpt2_files` keeps the ids it was given.
+
+    Any text round-trips exactly (``decode(encode(s)) == s``). An arbitrary id list may cut a
+    multi-byte character; ``decode`` then writes U+FFFD for the broken bytes. ``pattern``
+    (default GPT-2's exact regex, ``None`` for none) splits the text into chunks before merging.
     """
 
     def __init__(self, merges: Iterable[tuple[int, int]] = (),
-                 pattern: Optional[str] = GPT2_SPLIT_PATTERN) -> None:
+                 pattern: Optional[str] = GPT2_SPLIT_PATTERN,
+                 special_tokens: Optional[Iterable[str]] = None) -> None:
         if pattern is not None and not isinstance(pattern, str):
             raise TypeError(f"pattern must be a str (a regular expression) or None, got {type(pattern).__name__}")
         try:
-            self._split = re.compile(pattern) if pattern else None
-        except re.error as err:
+            # subtle: the legacy pattern was written for the standard library's ``re``, whose \w
+            # holds ² and ① (``regex``'s does not); compiled there, old files encode as before.
+            engine = std_re if pattern == LEGACY_SPLIT_PATTERN else re
+            self._split = engine.compile(pattern) if pattern else None
+        except (re.error, std_re.error) as err:
             raise ValueError(f"pattern={pattern!r} is not a valid regular expression ({err})") from err
         self.pattern = pattern
-        self.merges: dict[tuple[int, int], int] = {}  # (int, int) -> int, in training order
-        self.vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}  # int -> bytes
+        vocab = {i: bytes([i]) for i in range(256)}  # int -> bytes
+        merge_ids = []
         for merge in merges:
-            if not isinstance(merge, (tuple, list)) or len(merge) != 2 or not all(
-                    isinstance(i, int) and not isinstance(i, bool) for i in merge):
+            if not isinstance(merge, (tuple, list)) or len(merge) != 2 or not all(map(_is_id, merge)):
                 raise ValueError(f"merges must be pairs of integer ids, got {merge!r}")
             a, b = merge
-            if a not in self.vocab or b not in self.vocab:
+            if a not in vocab or b not in vocab:
                 raise ValueError(f"merge ({a}, {b}) refers to an id not yet defined")
-            if (a, b) in self.merges:
+            if any((a, b) == m[:2] for m in merge_ids):
                 raise ValueError(f"merge ({a}, {b}) appears twice")
-            new_id = 256 + len(self.merges)
-            self.merges[(a, b)] = new_id
-            self.vocab[new_id] = self.vocab[a] + self.vocab[b]
+            new_id = len(vocab)
+            vocab[new_id] = vocab[a] + vocab[b]
+            merge_ids.append((a, b, new_id))
+        self._set(vocab, merge_ids, _check_specials(special_tokens))
+
+    def _set(self, vocab: dict[int, bytes], merges: list[tuple[int, int, int]],
+             specials: list[str], special_ids: Optional[dict[str, int]] = None) -> None:
+        """Install a vocabulary (no special tokens in it), merges ``(a, b, new)`` in rank order,
+        and special tokens: an id from ``special_ids`` or, else, the next free id."""
+        self.vocab: dict[int, bytes] = dict(vocab)  # int -> bytes (special tokens included below)
+        self.merges: dict[tuple[int, int], int] = {(a, b): n for a, b, n in merges}  # in rank order
+        self._ranks = {pair: r for r, pair in enumerate(self.merges)}  # (int, int) -> rank
+        by_bytes = {v: i for i, v in vocab.items()}
+        self._byte_ids = [by_bytes[bytes([b])] for b in range(256)]  # byte value -> id
+        merged = set(self.merges.values())
+        self.special_tokens: dict[str, int] = {}  # str -> id
+        for s in specials:
+            i = (special_ids or {}).get(s)
+            if i is None:
+                i = max(self.vocab, default=-1) + 1
+            elif i in merged or i in self._byte_ids:
+                raise ValueError(f"special_tokens: {s!r} is token {i} of the vocabulary, a byte or the "
+                                 f"result of a merge; a special token must not be reachable by merges")
+            self.special_tokens[s] = i
+            self.vocab[i] = s.encode("utf-8")
+        self._special_ids = {i: s for s, i in self.special_tokens.items()}
         self._cache: dict[str, list[int]] = {}
 
     @property
     def vocab_size(self) -> int:
+        """Number of ids (bytes, merges, special tokens): one more than the largest id for a
+        tokenizer without gaps."""
         return len(self.vocab)
 
-    def _chunks(self, text: str) -> list[str]:
-        return self._split.findall(text) if self._split else [text]
+    # ---------------------------------------------------------------- training
 
-    def train(self, text: str, vocab_size: int) -> ByteBPETokenizer:
-        """Learn ``vocab_size - 256`` merges from ``text``; returns ``self``. Stops early if no
-        pair occurs twice. Ties between equally frequent pairs go to the smallest pair.
+    def train(self, text: str, vocab_size: int, special_tokens: Optional[Iterable[str]] = None,
+              tie: str = "lexicographic") -> ByteBPETokenizer:
+        """Learn merges from ``text`` until ``vocab_size`` ids (the 256 bytes, the merges and the
+        ``special_tokens``) exist; returns ``self``. Stops early if no pair occurs twice.
+
+        Special tokens are cut out of the text first: nothing is counted or merged across them,
+        and their ids follow the merges. Ties between equally frequent pairs follow ``tie``:
+
+        - ``"lexicographic"`` (default): the lexicographically greatest pair of byte strings,
+          ``max(pairs, key=lambda p: (count[p], vocab[p[0]], vocab[p[1]]))``, the rule of
+          Stanford CS336's reference (it does not depend on how ids are numbered);
+        - ``"first-seen"``: the pair that occurs first in the (partly merged) text, as minbpe's
+          ``max(stats, key=stats.get)`` over a dict filled in text order.
 
         Fast because nothing is recounted: the text becomes its unique chunks with their counts,
         and a merge only rewrites the chunks that contain the pair, updating the pair counts
         (and a lazy max-heap of them) by the difference.
         """
-        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 256:
+        if not _is_id(vocab_size) or vocab_size < 256:
             raise ValueError(f"vocab_size={vocab_size!r} must be an integer >= 256 (the byte values)")
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        self.__init__(pattern=self.pattern)
-        chunk_counts = Counter(self._chunks(text))
-        words = [list(c.encode("utf-8", errors="surrogatepass")) for c in chunk_counts]  # each unique chunk as ids
+        if tie not in TIE_RULES:
+            raise ValueError(f"tie={tie!r} is not supported; allowed values: {', '.join(map(repr, TIE_RULES))}")
+        specials = _check_specials(special_tokens)
+        if vocab_size < 256 + len(specials):
+            raise ValueError(f"vocab_size={vocab_size} leaves no room for the 256 bytes and "
+                             f"{len(specials)} special tokens")
+        self._set({i: bytes([i]) for i in range(256)}, [], [])
+        chunk_counts: Counter = Counter()
+        for part in self._split_specials(text, specials):
+            chunk_counts.update(self._chunks(part))
+        words = [list(c.encode("utf-8", errors="surrogatepass")) for c in chunk_counts]  # unique chunks
         freqs = list(chunk_counts.values())
         counts: Counter = Counter()  # (int, int) -> occurrences in the whole text
         where: dict[tuple[int, int], set[int]] = {}  # pair -> words that (may) contain it
@@ -233,17 +329,27 @@ class ByteBPETokenizer(Tokenizer):
             for pair in zip(ids, ids[1:]):
                 counts[pair] += f
                 where.setdefault(pair, set()).add(w)
-        heap = [(-n, pair) for pair, n in counts.items()]
+        vocab = dict(self.vocab)
+        # "lexicographic": a min-heap keyed by (-count, inverted bytes), so its top is the most
+        # frequent pair and, among equals, the greatest bytes. inv(s) reverses byte order:
+        # 255 - byte, then 256 as an end marker (so a prefix sorts after the longer string).
+        inv = {i: (255 - i, 256) for i in range(256)}
+        key = (lambda p: (inv[p[0]], inv[p[1]])) if tie == "lexicographic" else (lambda p: ())
+        heap = [(-n, key(pair), pair) for pair, n in counts.items()]
         heapq.heapify(heap)
-        while len(self.vocab) < vocab_size:
-            while heap and -heap[0][0] != counts.get(heap[0][1], 0):
+        merges: list[tuple[int, int, int]] = []
+        while len(vocab) + len(specials) < vocab_size:
+            while heap and -heap[0][0] != counts.get(heap[0][2], 0):
                 heapq.heappop(heap)  # stale entry: the count changed since it was pushed
             if not heap or -heap[0][0] < 2:
                 break
-            pair = heap[0][1]
-            new_id = 256 + len(self.merges)
-            self.merges[pair] = new_id
-            self.vocab[new_id] = self.vocab[pair[0]] + self.vocab[pair[1]]
+            pair = heap[0][2]
+            if tie == "first-seen":
+                pair = self._first_seen(heap, counts, where, words)
+            new_id = len(vocab)
+            merges.append((*pair, new_id))
+            vocab[new_id] = vocab[pair[0]] + vocab[pair[1]]
+            inv[new_id] = tuple(255 - b for b in vocab[new_id]) + (256,)
             changed = set()
             for w in where.pop(pair, ()):
                 ids, f = words[w], freqs[w]
@@ -260,39 +366,173 @@ class ByteBPETokenizer(Tokenizer):
                 words[w] = merged
             for p in changed:
                 if counts[p] > 0:
-                    heapq.heappush(heap, (-counts[p], p))
+                    heapq.heappush(heap, (-counts[p], key(p), p))
                 else:
                     del counts[p]
+        self._set(vocab, merges, specials)
         return self
 
+    @staticmethod
+    def _first_seen(heap: list, counts: Counter, where: dict, words: list) -> tuple[int, int]:
+        """Among the valid heap entries with the top count, the pair whose first occurrence in the
+        text comes first: (first unique chunk holding it, position there). Unique chunks are in
+        order of first appearance, so that is the order minbpe's dict of pair counts has."""
+        top, tied = heap[0][0], []
+        while heap and heap[0][0] == top:
+            entry = heapq.heappop(heap)
+            if -entry[0] == counts.get(entry[2], 0) and entry not in tied:
+                tied.append(entry)
+
+        def first(pair):
+            for w in sorted(where.get(pair, ())):
+                ids = words[w]
+                for i in range(len(ids) - 1):
+                    if ids[i] == pair[0] and ids[i + 1] == pair[1]:
+                        return (w, i)
+            return (len(words), 0)
+        best = min(tied, key=lambda e: first(e[2]))
+        for entry in tied:
+            if entry is not best:
+                heapq.heappush(heap, entry)
+        return best[2]
+
     @classmethod
-    def from_text(cls, text: str, vocab_size: int, pattern: Optional[str] = GPT2_SPLIT_PATTERN):
-        return cls(pattern=pattern).train(text, vocab_size)
+    def from_text(cls, text: str, vocab_size: int, pattern: Optional[str] = GPT2_SPLIT_PATTERN,
+                  special_tokens: Optional[Iterable[str]] = None, tie: str = "lexicographic"):
+        """``ByteBPETokenizer(pattern=pattern).train(text, vocab_size, special_tokens, tie)``."""
+        return cls(pattern=pattern).train(text, vocab_size, special_tokens=special_tokens, tie=tie)
+
+    # ---------------------------------------------------------------- encoding
+
+    def _chunks(self, text: str) -> list[str]:
+        return self._split.findall(text) if self._split else [text]
+
+    @staticmethod
+    def _special_regex(specials: Iterable[str]):
+        # longest first, so that of two overlapping special tokens the longer one wins
+        return re.compile("(" + "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)) + ")")
+
+    def _split_specials(self, text: str, specials: Iterable[str]) -> list[str]:
+        """``text`` cut at the special tokens, which are dropped: the pieces between them."""
+        specials = list(specials)
+        return self._special_regex(specials).split(text)[::2] if specials else [text]
 
     def _encode_chunk(self, chunk: str) -> list[int]:
-        ids = list(chunk.encode("utf-8", errors="surrogatepass"))
+        ids = [self._byte_ids[b] for b in chunk.encode("utf-8", errors="surrogatepass")]
         while len(ids) >= 2:
             # apply the earliest-learned merge present, as in training
-            pair = min(zip(ids, ids[1:]), key=lambda p: self.merges.get(p, float("inf")))
-            if pair not in self.merges:
+            pair = min(zip(ids, ids[1:]), key=lambda p: self._ranks.get(p, float("inf")))
+            if pair not in self._ranks:
                 break
             ids = _merge(ids, pair, self.merges[pair])
         return ids
 
-    def encode(self, text: str) -> list[int]:
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        out: list[int] = []
-        for chunk in self._chunks(text):
+    def _allowed(self, allowed_special: Any, disallowed_special: Any, text: Optional[str]) -> set[str]:
+        """The special tokens to encode as such; raises if ``text`` holds a disallowed one."""
+        known = set(self.special_tokens)
+        sets = []
+        for name, value in (("allowed_special", allowed_special), ("disallowed_special", disallowed_special)):
+            if value == "all":
+                sets.append(known)
+                continue
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise TypeError(f"{name} must be 'all' or a set of special tokens, got {value!r}")
+            unknown = sorted(map(repr, set(value) - known))
+            if unknown:
+                raise ValueError(f"{name} names {', '.join(unknown)}, not special tokens of this "
+                                 f"tokenizer (its special tokens: {sorted(known)})")
+            sets.append(set(value))
+        allowed = sets[0]
+        disallowed = sets[1] - allowed if disallowed_special == "all" else sets[1]
+        if disallowed and text is not None:
+            found = self._special_regex(disallowed).search(text)
+            if found:
+                raise ValueError(f"the text holds the special token {found.group()!r}, which "
+                                 f"disallowed_special forbids; pass allowed_special={{{found.group()!r}}} "
+                                 f"to encode it as a special token, or disallowed_special=() to "
+                                 f"encode it as ordinary text")
+        return allowed
+
+    def _encode_ordinary(self, chunks: Iterable[str], out: list[int]) -> None:
+        for chunk in chunks:
             ids = self._cache.get(chunk)
             if ids is None:
                 ids = self._encode_chunk(chunk)
                 if len(self._cache) < 100_000:
                     self._cache[chunk] = ids
             out.extend(ids)
+
+    def encode(self, text: str, allowed_special: Union[str, Iterable[str]] = "all",
+               disallowed_special: Union[str, Iterable[str]] = "all") -> list[int]:
+        """Text -> ids. Special tokens are found first and never split; the text between them
+        is pre-tokenized and merged.
+
+        ``allowed_special``/``disallowed_special`` work as in ``tiktoken``: an allowed special
+        token in the text becomes its id; a disallowed one raises ``ValueError``; one that is
+        neither is encoded as ordinary text. ``"all"`` means every special token; a disallowed
+        ``"all"`` means every special token not allowed. Only the default differs from
+        tiktoken's (which allows none, so ``"<|endoftext|>"`` in a text raises): here every
+        special token is allowed, as in Hugging Face's tokenizers and Stanford CS336's reference.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        allowed = self._allowed(allowed_special, disallowed_special, text)
+        out: list[int] = []
+        if not allowed:
+            self._encode_ordinary(self._chunks(text), out)
+            return out
+        for k, part in enumerate(self._special_regex(allowed).split(text)):
+            if k % 2:
+                out.append(self.special_tokens[part])
+            else:
+                self._encode_ordinary(self._chunks(part), out)
         return out
 
+    def encode_iterable(self, iterable: Iterable[str], allowed_special: Union[str, Iterable[str]] = "all",
+                        disallowed_special: Union[str, Iterable[str]] = "all") -> Iterator[int]:
+        """Yield the ids of ``"".join(iterable)`` lazily, e.g. over an open text file (its lines):
+        the result equals :meth:`encode` of the whole text, in memory that does not grow with it.
+
+        subtle: a pre-token chunk or a special token may continue in the next piece, so the last
+        chunk of each piece (and any tail that could start a special token) is held back and
+        encoded with the next one; chunks before it are final, since GPT-2's pattern decides a
+        chunk's end by the character after it.
+        """
+        if isinstance(iterable, (str, bytes)) or not hasattr(iterable, "__iter__"):
+            raise TypeError(f"iterable must be an iterable of str pieces (e.g. an open text file), "
+                            f"got {type(iterable).__name__}; use encode for one string")
+        allowed = self._allowed(allowed_special, disallowed_special, None)
+        carry = ""
+        for piece in iterable:
+            if not isinstance(piece, str):
+                raise TypeError(f"iterable must yield str pieces, got {type(piece).__name__}")
+            buf = carry + piece
+            self._allowed(allowed_special, disallowed_special, buf)  # a disallowed special raises
+            hold = len(buf)
+            for s in self.special_tokens:  # a tail that may be the start of a special token
+                for k in range(min(len(s) - 1, len(buf)), 0, -1):
+                    if buf.endswith(s[:k]):
+                        hold = min(hold, len(buf) - k)
+                        break
+            head = buf[:hold]
+            parts = self._special_regex(allowed).split(head) if allowed else [head]
+            last = parts[-1]
+            chunks = self._chunks(last) if last else []
+            cut = len(head) - (len(chunks[-1]) if chunks else 0)
+            out: list[int] = []
+            for k, part in enumerate(parts[:-1]):
+                if k % 2:
+                    out.append(self.special_tokens[part])
+                else:
+                    self._encode_ordinary(self._chunks(part), out)
+            self._encode_ordinary(chunks[:-1], out)
+            yield from out
+            carry = buf[cut:]
+        yield from self.encode(carry, allowed_special, disallowed_special)
+
     def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> text: the bytes of each id (a special token's: its UTF-8 string), joined and
+        decoded as UTF-8; bytes that do not form a character become U+FFFD."""
         parts = []
         for i in self._ids(ids):
             if i not in self.vocab:
@@ -310,9 +550,124 @@ class ByteBPETokenizer(Tokenizer):
             raise ValueError(f"token id {i!r} is outside the vocabulary [0, {self.vocab_size})")
         return self.vocab[i]
 
+    # ---------------------------------------------------------------- other formats
+
+    @classmethod
+    def from_vocab_merges(cls, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]],
+                          special_tokens: Optional[Iterable[str]] = None,
+                          pattern: Optional[str] = GPT2_SPLIT_PATTERN) -> ByteBPETokenizer:
+        """Build from a vocabulary ``{id: bytes}`` and merges ``[(bytes, bytes), ...]`` in rank
+        order (the form of Stanford CS336's assignment and of GPT-2's files), keeping the ids.
+
+        Every single byte must be in ``vocab``, and each merge's two parts and their
+        concatenation too (else ``ValueError`` naming the merge). A special token whose bytes are
+        in ``vocab`` (GPT-2's ``<|endoftext|>``) keeps that id, unless a merge or a byte makes it
+        (then ``ValueError``); any other special token gets the next free id.
+        """
+        if not isinstance(vocab, dict):
+            raise TypeError(f"vocab must be a dict {{id: bytes}}, got {type(vocab).__name__}")
+        for i, v in vocab.items():
+            if not _is_id(i) or i < 0 or not isinstance(v, bytes) or not v:
+                raise ValueError(f"vocab must map integer ids >= 0 to non-empty bytes, got {i!r}: {v!r}")
+        specials = _check_specials(special_tokens)
+        special_bytes = {s.encode("utf-8"): s for s in specials}
+        for b, s in special_bytes.items():
+            if len(b) == 1:
+                raise ValueError(f"special_tokens: {s!r} is a single byte, which the byte-level "
+                                 f"vocabulary needs as an ordinary token")
+        by_bytes: dict[bytes, int] = {}
+        for i, v in vocab.items():
+            if v in by_bytes and v not in special_bytes:
+                raise ValueError(f"vocab: ids {by_bytes[v]} and {i} both stand for {v!r}")
+            by_bytes[v] = i
+        missing = [b for b in range(256) if bytes([b]) not in by_bytes]
+        if missing:
+            raise ValueError(f"vocab lacks the single bytes {missing[:8]}{' ...' if len(missing) > 8 else ''}; "
+                             f"a byte-level vocabulary needs all 256")
+        if isinstance(merges, (str, bytes)) or not hasattr(merges, "__iter__"):
+            raise TypeError(f"merges must be a list of (bytes, bytes) pairs, got {type(merges).__name__}")
+        triples, seen = [], set()
+        for merge in merges:
+            if not isinstance(merge, (tuple, list)) or len(merge) != 2 or not all(
+                    isinstance(m, bytes) for m in merge):
+                raise ValueError(f"merges must be pairs of bytes, got {merge!r}")
+            a, b = merge
+            for part in (a, b, a + b):
+                if part not in by_bytes:
+                    raise ValueError(f"merges: ({a!r}, {b!r}) does not fit the vocab: {part!r} is not in it")
+            pair = (by_bytes[a], by_bytes[b])
+            if pair in seen:
+                raise ValueError(f"merge ({a!r}, {b!r}) appears twice")
+            seen.add(pair)
+            triples.append((*pair, by_bytes[a + b]))
+            if a + b in special_bytes:
+                raise ValueError(f"special_tokens: {special_bytes[a + b]!r} collides with the merge "
+                                 f"({a!r}, {b!r}); a special token must not be reachable by merges")
+        tok = cls(pattern=pattern)
+        ordinary = {i: v for i, v in vocab.items() if v not in special_bytes}
+        ids = {s: by_bytes[s.encode("utf-8")] for s in specials if s.encode("utf-8") in by_bytes}
+        tok._set(ordinary, triples, specials, ids)
+        return tok
+
+    @classmethod
+    def from_gpt2_files(cls, vocab_path: PathLike, merges_path: PathLike,
+                        special_tokens: Optional[Iterable[str]] = None) -> ByteBPETokenizer:
+        """Load GPT-2's ``vocab.json`` (token -> id) and ``merges.txt`` (``#version`` line, then
+        one merge ``"a b"`` a line, in rank order), keeping their ids; tokens are written in
+        GPT-2's printable stand-ins for bytes (:func:`_bytes_to_unicode`). With
+        ``special_tokens=["<|endoftext|>"]`` GPT-2's own files give GPT-2's ids exactly."""
+        decode_char = {c: b for b, c in _bytes_to_unicode().items()}
+
+        def to_bytes(token: str, where: str) -> bytes:
+            try:
+                return bytes(decode_char[c] for c in token)
+            except KeyError as err:
+                raise ValueError(f"{where}: token {token!r} has a character ({err.args[0]!r}) that "
+                                 f"is not one of GPT-2's byte stand-ins") from None
+        try:
+            table = json.loads(Path(vocab_path).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"vocab_path={str(vocab_path)!r} is not a JSON file ({err})") from err
+        if not isinstance(table, dict):
+            raise ValueError(f"vocab_path={str(vocab_path)!r} must hold a JSON object token -> id")
+        vocab = {i: to_bytes(t, "vocab_path") for t, i in table.items()}
+        merges = []
+        for n, line in enumerate(Path(merges_path).read_text(encoding="utf-8").splitlines(), 1):
+            if not line or (n == 1 and line.startswith("#version")):
+                continue
+            parts = line.split(" ")
+            if len(parts) != 2:
+                raise ValueError(f"merges_path line {n}: {line!r} is not two tokens separated by a space")
+            merges.append((to_bytes(parts[0], "merges_path"), to_bytes(parts[1], "merges_path")))
+        return cls.from_vocab_merges(vocab, merges, special_tokens)
+
+    def save_gpt2_files(self, directory: PathLike) -> tuple[Path, Path]:
+        """Write ``vocab.json`` and ``merges.txt`` in GPT-2's format (special tokens are in
+        ``vocab.json``, as GPT-2's ``<|endoftext|>``); returns their paths. Reload with
+        ``from_gpt2_files(..., special_tokens=list(tok.special_tokens))``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        char = _bytes_to_unicode()
+        text = {i: "".join(char[b] for b in v) for i, v in self.vocab.items()}
+        if len(set(text.values())) != len(text):
+            raise ValueError("two ids of this vocabulary stand for the same bytes; GPT-2's vocab.json "
+                             "(token -> id) cannot hold that")
+        vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
+        vocab_path.write_text(json.dumps({text[i]: i for i in sorted(text)}, ensure_ascii=False), encoding="utf-8")
+        lines = ["#version: 0.2"] + [f"{text[a]} {text[b]}" for a, b in self.merges]
+        merges_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return vocab_path, merges_path
+
+    # ---------------------------------------------------------------- save / load
+
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "ByteBPETokenizer", "version": 1, "pattern": self.pattern,
-                "merges": [list(pair) for pair in self.merges]}
+        """Version 2: the vocabulary (id -> hex bytes), the merges as ``[a, b, new]`` id triples in
+        rank order, the special tokens. Version 1 files (merges as pairs, ids 256 + k) still load."""
+        specials = set(self._special_ids)
+        return {"type": "ByteBPETokenizer", "version": 2, "pattern": self.pattern,
+                "vocab": {str(i): v.hex() for i, v in sorted(self.vocab.items()) if i not in specials},
+                "merges": [[a, b, n] for (a, b), n in self.merges.items()],
+                "special_tokens": dict(self.special_tokens)}
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> ByteBPETokenizer:
@@ -323,4 +678,21 @@ class ByteBPETokenizer(Tokenizer):
             raise ValueError(f"pattern={pattern!r} is not a known split pattern (allowed: GPT-2's, "
                              f"GPT2_SPLIT_PATTERN, or null); a regular expression from a file could "
                              f"hang encode. Pass your own pattern in code: ByteBPETokenizer(merges, pattern=...)")
-        return cls([tuple(p) if isinstance(p, list) else p for p in merges], pattern=pattern)
+        if state["version"] == 1:
+            return cls([tuple(p) if isinstance(p, list) else p for p in merges], pattern=pattern)
+        vocab, specials = state.get("vocab"), state.get("special_tokens")
+        if not isinstance(vocab, dict) or not isinstance(specials, dict):
+            raise ValueError("vocab and special_tokens must be JSON objects")
+        try:
+            vocab = {int(i): bytes.fromhex(v) for i, v in vocab.items()}
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"vocab must map ids to hex strings of bytes ({err})") from err
+        pairs = []
+        for m in merges:
+            if not isinstance(m, list) or len(m) != 3 or not all(_is_id(i) and i in vocab for i in m):
+                raise ValueError(f"merges must be [id, id, id] triples of vocab ids, got {m!r}")
+            pairs.append((vocab[m[0]], vocab[m[1]]))
+        tok = cls.from_vocab_merges(vocab, pairs, list(specials), pattern=pattern)
+        if tok.special_tokens != specials or list(tok.merges.items()) != [((a, b), n) for a, b, n in merges]:
+            raise ValueError("special_tokens or merges do not fit the vocab (the file was changed)")
+        return tok

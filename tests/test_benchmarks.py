@@ -198,3 +198,15 @@ def test_generation_benchmark_runs_at_the_tiny_gqa_size(tmp_path):
     assert (result["num_heads"], result["num_kv_heads"]) == (8, 2)
     assert result["kv_cache_bytes_per_token"] * 4 == result["kv_cache_bytes_if_mha"] == 2 * 6 * 256 * 4
     assert result["vs_hf"] > 0
+
+
+def test_tokenizer_training_and_memmap_rss_run(tmp_path):
+    """Issue 28's two benchmarks, at toy sizes (their figures: benchmarks/README.md)."""
+    out = run_script("tokenizer_training.py", "--mb", "0.05", "--vocab-size", "300", tmp_path=tmp_path)
+    assert out["benchmark"] == "tokenizer_training" and out["vocab_size"] == 300
+    assert out["seconds_per_mb"] > 0 and 0.04 < out["megabytes"] <= 0.05
+    out = run_script("memmap_rss.py", "--sizes-mb", "0.3", "--steps", "1", "--workdir", str(tmp_path),
+                     tmp_path=tmp_path)
+    (row,) = out["results"]
+    assert row["train_tokens"] > 200_000 and row["train"]["peak_rss_mb"] >= row["train"]["peak_anon_mb"] > 0
+    assert not any(p.name.startswith("tmp") for p in tmp_path.iterdir())  # the corpus was deleted

@@ -256,6 +256,18 @@ def test_a_missing_config_field_is_not_filled_with_its_default(tmp_path):
         load_checkpoint(tmp_path / "c", verify=False)
 
 
+def test_rope_style_is_saved_and_older_checkpoints_load_as_half(tmp_path):
+    cfg = TransformerConfig(vocab_size=16, d_model=16, num_heads=2, num_layers=1, max_seq_len=8,
+                            pos_encoding="rope", rope_style="interleaved")
+    save_checkpoint(tmp_path / "c", Transformer(cfg))
+    meta = json.loads((tmp_path / "c" / "checkpoint.json").read_text())
+    assert meta["config"]["rope_style"] == "interleaved"
+    assert load_checkpoint(tmp_path / "c").model.rope.style == "interleaved"
+    del meta["config"]["rope_style"]  # a checkpoint written before the field existed
+    (tmp_path / "c" / "checkpoint.json").write_text(json.dumps(meta))
+    assert load_checkpoint(tmp_path / "c", verify=False).config.rope_style == "half"
+
+
 def test_non_finite_weights_and_a_too_small_vocabulary_are_refused(tmp_path):
     model = small_model()
     with torch.no_grad():

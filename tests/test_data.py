@@ -211,3 +211,91 @@ def test_split_that_leaves_an_empty_side_is_refused(fraction, side):
 def test_get_batch_rejects_bad_sizes(kwargs, name):
     with pytest.raises(ValueError, match=name):
         get_batch(torch.arange(50), **kwargs)
+
+
+# --- Token files and memory maps (issue 28) --------------------------------------------------------
+
+def test_get_batch_slices_tensors_and_memmaps_alike(tmp_path):
+    np = pytest.importorskip("numpy")
+    ids = np.random.default_rng(0).integers(0, 60_000, 5000).astype(np.uint16)
+    ids.tofile(tmp_path / "ids.bin")
+    mm = np.memmap(tmp_path / "ids.bin", dtype=np.uint16, mode="r")
+    outs = [get_batch(d, 6, 32, generator=torch.Generator().manual_seed(1))
+            for d in (mm, torch.from_numpy(ids.astype(np.int64)), ids.astype(np.int32).tolist())]
+    for x, y in outs:
+        assert x.dtype == torch.int64 and x.shape == (6, 32)
+        assert torch.equal(x, outs[0][0]) and torch.equal(y, outs[0][1])
+        assert torch.equal(x[:, 1:], y[:, :-1])
+    # the windows are the memmap's tokens at the drawn starts
+    starts = torch.randint(5000 - 32, (6,), generator=torch.Generator().manual_seed(1))
+    assert outs[0][0][0].tolist() == ids[starts[0]:starts[0] + 32].tolist()
+    # device=, and a generator passed positionally (the signature before device existed)
+    x, _ = get_batch(mm, 6, 32, "cpu", generator=torch.Generator().manual_seed(1))
+    x2, _ = get_batch(mm, 6, 32, torch.Generator().manual_seed(1))
+    assert x.device.type == "cpu" and torch.equal(x, outs[0][0]) and torch.equal(x2, x)
+
+
+def test_data_source_keeps_a_memmap_unconverted(tmp_path):
+    np = pytest.importorskip("numpy")
+    np.arange(200, dtype=np.uint16).tofile(tmp_path / "a.bin")
+    mm = np.memmap(tmp_path / "a.bin", dtype=np.uint16, mode="r")
+    source = DataSource(mm, block_size=8)
+    assert source.stream is mm  # no copy, no int64 conversion of the corpus
+    tensor = DataSource(torch.arange(200), block_size=8)
+    for (x1, y1), (x2, y2) in zip(source.batches(5), tensor.batches(5)):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe", "file"])
+def test_prepare_writes_bins_that_load_prepared_maps(tmp_path, kind):
+    from fundamentallm.tokenizers import ByteBPETokenizer
+
+    text = load_corpus("python-docs")[:30_000] + "<|endoftext|>" + "end"
+    (tmp_path / "c.txt").write_text(text, encoding="utf-8")
+    if kind == "file":
+        ByteBPETokenizer.from_text(text, 300).save(tmp_path / "tok.json")
+    tok = data.tokenizer_for_text(tmp_path / "c.txt", str(tmp_path / "tok.json") if kind == "file" else kind, 300)
+    meta = data.prepare(tmp_path / "c.txt", tok, tmp_path / "d", val_fraction=0.2)
+    tok2, train, val, meta2 = data.load_prepared(tmp_path / "d")
+    assert meta2 == meta and meta["dtype"] == "uint16" and tok2.to_dict() == tok.to_dict()
+    assert train.dtype == val.dtype == "uint16" and isinstance(train, __import__("numpy").memmap)
+    all_ids = tok.encode(text)
+    assert train.tolist() + val.tolist() == all_ids
+    assert len(val) == len(all_ids) - int(len(all_ids) * 0.8)
+    assert not (tmp_path / "d" / "all.bin.tmp").exists()
+
+
+def test_cli_prepare_then_train_from_the_memory_map(tmp_path, monkeypatch):
+    from fundamentallm.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.txt").write_text(load_corpus("python-docs")[:20_000], encoding="utf-8")
+    assert main(["prepare", "c.txt", "--tokenizer", "bpe", "--vocab-size", "300", "--out", "d"]) == 0
+    assert main(["train", "--data", "d", "--preset", "nano", "--steps", "2", "--batch-size", "2",
+                 "--block-size", "16", "--no-progress", "--out", "run"]) == 0
+    from fundamentallm.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(tmp_path / "run")
+    assert ckpt.config.vocab_size == 300 and ckpt.extra["data"] == "d"
+
+
+def test_get_batch_on_a_memmap_keeps_rss_flat(tmp_path):
+    """Pages a mapping has read stay in RSS until unmapped; get_batch reads through a fresh
+    mapping, so 40 random batches from a 64 MB token file leave the caller's RSS where it was
+    (before, each random window added up to a 2 MB folio of file pages on Linux 6.x)."""
+    np = pytest.importorskip("numpy")
+    status = __import__("pathlib").Path("/proc/self/status")
+    if not status.exists():
+        pytest.skip("needs /proc (Linux)")
+
+    def rss_file_kb():
+        line = next(s for s in status.read_text().splitlines() if s.startswith("RssFile:"))
+        return int(line.split()[1])
+
+    np.random.default_rng(0).integers(0, 100, 32_000_000, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    mm = np.memmap(tmp_path / "t.bin", dtype=np.uint16, mode="r")
+    before = rss_file_kb()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        get_batch(mm, 16, 64, generator=g)
+    assert rss_file_kb() - before < 8_000  # KB; 640 windows over 64 MB would map far more

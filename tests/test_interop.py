@@ -10,7 +10,12 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from fundamentallm import Transformer  # noqa: E402
-from fundamentallm.interop import from_hf_gpt2, from_hf_llama  # noqa: E402
+from fundamentallm.interop import (  # noqa: E402
+    convert_rope_style,
+    from_hf_gpt2,
+    from_hf_llama,
+    permute_rope_weights,
+)
 
 logging.getLogger("transformers").setLevel(logging.ERROR)  # small vocabularies: bos/eos warnings
 
@@ -329,3 +334,51 @@ def test_modern_rejections():
         from_hf_llama(_modern("qwen2", use_sliding_window=True, sliding_window=4, max_window_layers=1))
     with pytest.raises(ValueError, match="router_jitter_noise"):
         from_hf_llama(_modern("mixtral", router_jitter_noise=0.1))
+
+
+# ---------------------------------------------------------------- RoPE conventions (Meta layout)
+
+@pytest.mark.parametrize("kv_heads", [H, 2])
+def test_meta_interleaved_weights_permuted_into_a_half_model(kv_heads):
+    """HF's checkpoint = Meta's checkpoint with q/k rows permuted (convert_llama_weights_to_hf).
+    Undo that permutation to get Meta-layout weights: an interleaved model with them equals HF,
+    a half model with them does not, and permute_rope_weights(to="half") brings them back."""
+    hf = _llama(seed=8, num_key_value_heads=kv_heads)
+    half = from_hf_llama(hf)
+    c = half.config
+    meta = {k: v.clone() for k, v in hf.state_dict().items()}
+    for i in range(L):
+        for p, n in (("q", H), ("k", kv_heads)):
+            key = f"model.layers.{i}.self_attn.{p}_proj.weight"
+            meta[key] = permute_rope_weights(meta[key], n, to="interleaved")
+    assert not torch.equal(meta["model.layers.0.self_attn.q_proj.weight"],
+                           hf.state_dict()["model.layers.0.self_attn.q_proj.weight"])
+    wrong = from_hf_llama(meta, config=hf.config)  # Meta weights read as if half: wrong logits
+    with torch.no_grad():
+        assert (wrong(_ids())[0] - hf(_ids()).logits).abs().max() > 1e-3
+    inter = Transformer(type(c).from_dict({**c.to_dict(), "rope_style": "interleaved"}))
+    inter.load_state_dict(wrong.state_dict())
+    _compare_logits(hf, inter.eval(), "llama_meta_interleaved")
+    # the HF conversion's permutation, applied by the package, gives the half model back
+    back = {k: v.clone() for k, v in meta.items()}
+    for i in range(L):
+        for p, n in (("q", H), ("k", kv_heads)):
+            key = f"model.layers.{i}.self_attn.{p}_proj.weight"
+            back[key] = permute_rope_weights(back[key], n, to="half")
+            assert torch.equal(back[key], hf.state_dict()[key])
+    converted = convert_rope_style(inter, "half")
+    assert converted.config.rope_style == "half"
+    _compare_logits(hf, converted.eval(), "llama_meta_to_half")
+    _compare_logits(hf, convert_rope_style(converted, "interleaved").eval(), "llama_half_to_interleaved")
+
+
+def test_permute_rope_weights_is_hf_permute_and_inverts():
+    """Equal to the ``permute`` of transformers' convert_llama_weights_to_hf.py, written out."""
+    def hf_permute(w, n_heads, dim1, dim2):
+        return w.view(n_heads, dim1 // n_heads // 2, 2, dim2).transpose(1, 2).reshape(dim1, dim2)
+
+    w = torch.randn(4 * 6, 10, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(permute_rope_weights(w, 4), hf_permute(w, 4, 24, 10))
+    assert torch.equal(permute_rope_weights(permute_rope_weights(w, 4), 4, to="interleaved"), w)
+    b = torch.arange(24.0)
+    assert torch.equal(permute_rope_weights(b, 4), hf_permute(b[:, None], 4, 24, 1)[:, 0])

@@ -11,6 +11,7 @@ from fundamentallm.positions import (
     SinusoidalPositionalEncoding,
     create_positional_encoding,
     rotate_half,
+    rotate_interleaved,
     sinusoidal_table,
 )
 
@@ -109,28 +110,32 @@ def test_learned_error_past_max_seq_len():
 
 # ---------------------------------------------------------------- RoPE
 
-def _numpy_rope(x, positions, base):
-    """Rotate the pair (i, i + D/2) by pos * base^(-2i/D): the half-rotation convention."""
+def _numpy_rope(x, positions, base, style="half"):
+    """Rotate pair i by pos * base^(-2i/D). "half": the pair is channels (i, i + D/2) (GPT-NeoX);
+    "interleaved": channels (2i, 2i + 1) (Su et al. 2021, Meta's LLaMA)."""
     x = np.asarray(x, dtype=np.float64)
     D = x.shape[-1]
     out = np.empty_like(x)
     for t, pos in enumerate(positions):
         for i in range(D // 2):
             theta = pos * base ** (-2 * i / D)
-            a, b = x[..., t, i], x[..., t, i + D // 2]
-            out[..., t, i] = a * np.cos(theta) - b * np.sin(theta)
-            out[..., t, i + D // 2] = a * np.sin(theta) + b * np.cos(theta)
+            c0, c1 = (i, i + D // 2) if style == "half" else (2 * i, 2 * i + 1)
+            a, b = x[..., t, c0], x[..., t, c1]
+            out[..., t, c0] = a * np.cos(theta) - b * np.sin(theta)
+            out[..., t, c1] = a * np.sin(theta) + b * np.cos(theta)
     return out
 
 
+@pytest.mark.parametrize("style", ["half", "interleaved"])
 @pytest.mark.parametrize("head_dim,base", [(2, 10000.0), (8, 10000.0), (16, 500.0), (64, 1e6)])
 @pytest.mark.parametrize("start_pos", [0, 5])
-def test_rope_equals_closed_form(head_dim, base, start_pos):
-    rope = RotaryEmbedding(head_dim, 40, base=base)
+def test_rope_equals_closed_form(head_dim, base, start_pos, style):
+    rope = RotaryEmbedding(head_dim, 40, base=base, style=style)
+    assert rope.style == style
     x = torch.randn(2, 3, 9, head_dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     out = rope(x, start_pos)
-    ref = torch.from_numpy(_numpy_rope(x.numpy(), range(start_pos, start_pos + 9), base))
-    _record(("rope_closed_form", "float64"), out, ref)
+    ref = torch.from_numpy(_numpy_rope(x.numpy(), range(start_pos, start_pos + 9), base, style))
+    _record((f"rope_closed_form_{style}", "float64"), out, ref)
     torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-6)  # cos/sin tables are float32
 
 
@@ -231,3 +236,52 @@ def test_factory_rejects_unknown(kind):
         create_positional_encoding(kind, 16, 8)
     msg = str(err.value)
     assert repr(kind) in msg and all(repr(k) in msg for k in ("learned", "sinusoidal", "rope", "none"))
+
+
+# ---------------------------------------------------------------- RoPE conventions
+
+def _meta_apply_rotary_emb(x, positions, base):
+    """Meta's LLaMA reference (llama/model.py): channel pairs (2i, 2i+1) as complex numbers
+    times ``exp(i·pos·θ_i)``. x: (B, H, T, D), float64."""
+    D = x.shape[-1]
+    freqs = 1.0 / (base ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    freqs_cis = torch.polar(torch.ones(len(positions), D // 2, dtype=torch.float64),
+                            torch.outer(torch.tensor(positions, dtype=torch.float64), freqs))  # (T, D/2)
+    x_ = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(x_ * freqs_cis).flatten(-2)
+
+
+@pytest.mark.parametrize("head_dim,start_pos", [(2, 0), (16, 3), (64, 11)])
+def test_rope_interleaved_equals_meta_reference(head_dim, start_pos):
+    rope = RotaryEmbedding(head_dim, 32, base=500.0, style="interleaved").double()
+    x = torch.randn(2, 3, 7, head_dim, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    ref = _meta_apply_rotary_emb(x, list(range(start_pos, start_pos + 7)), 500.0)
+    _record(("rope_vs_meta_interleaved", "float64"), rope(x, start_pos), ref)
+    torch.testing.assert_close(rope(x, start_pos), ref, atol=1e-6, rtol=1e-6)
+    assert torch.equal(rotate_interleaved(torch.arange(1.0, 7.0)), torch.tensor([-2.0, 1, -4, 3, -6, 5]))
+
+
+@pytest.mark.parametrize("head_dim", [2, 8, 32])
+def test_rope_styles_are_one_rotation_up_to_a_permutation(head_dim):
+    """interleaved(x) = P^-1 half(P x), P the permutation that sends channel 2i to i and 2i+1
+    to i + D/2; and the two conventions give different outputs (so the test can fail)."""
+    D = head_dim
+    perm = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # half channel j <- interleaved perm[j]
+    half = RotaryEmbedding(D, 16, style="half").double()
+    inter = RotaryEmbedding(D, 16, style="interleaved").double()
+    x = torch.randn(1, 2, 16, D, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    out = torch.empty_like(x)
+    out[..., perm] = half(x[..., perm])
+    torch.testing.assert_close(inter(x), out, atol=1e-12, rtol=0)
+    if D > 2:
+        assert (inter(x) - half(x)).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("style", ["half", "interleaved"])
+def test_factory_and_config_pass_the_style(style):
+    from fundamentallm import Transformer, TransformerConfig
+
+    assert create_positional_encoding("rope", 16, 8, head_dim=4, rope_style=style).style == style
+    model = Transformer(TransformerConfig(vocab_size=11, d_model=16, num_heads=2, num_layers=1,
+                                          pos_encoding="rope", rope_style=style))
+    assert model.rope.style == style and TransformerConfig().rope_style == "half"

@@ -1,11 +1,10 @@
 """Tokenizers: round trips, known answers, the incremental BPE trainer vs a brute-force one."""
 
 import json
-import re
-from collections import Counter
 
 import numpy as np
 import pytest
+import regex as re
 
 from fundamentallm.tokenizers import (
     GPT2_SPLIT_PATTERN,
@@ -60,31 +59,45 @@ def test_bpe_learns_merges_and_compresses():
     tok = ByteBPETokenizer().train(CORPUS, vocab_size=300)
     assert 256 < tok.vocab_size <= 300
     assert len(tok.encode(CORPUS)) < len(CORPUS.encode("utf-8")) / 2
-    # known answer: "at" (cat, sat, mat) is the most frequent pair, then "he", "the", " the"
-    assert [tok.token_bytes(i) for i in range(256, 260)] == [b"at", b"he", b"the", b" the"]
+    # known answer: "th", "he" (the x4) and "at" (cat, sat, mat, sat) tie at 80; the
+    # lexicographically greatest pair of bytes, (b"t", b"h"), goes first; first-seen agrees here
+    assert [tok.token_bytes(i) for i in range(256, 260)] == [b"th", b"the", b"at", b" the"]
+    first = ByteBPETokenizer().train(CORPUS, vocab_size=300, tie="first-seen")
+    assert [first.token_bytes(i) for i in range(256, 262)] == [b"th", b"the", b"at", b" the", b" s", b" sat"]
     assert ByteBPETokenizer().train("abc", 300).vocab_size == 256  # no pair occurs twice
 
 
-def _reference_bpe(text, vocab_size, pattern):
-    """Brute force, minbpe style: recount every pair of every chunk before each merge."""
+def _reference_bpe(text, vocab_size, pattern, tie):
+    """Brute force: recount every pair of every chunk before each merge. Ties: CS336's reference
+    (max by (count, bytes, bytes)) or minbpe's (max over a dict filled in text order)."""
     chunks = [list(c.encode("utf-8")) for c in (re.findall(pattern, text) if pattern else [text])]
-    merges = {}
+    merges, vocab = {}, {i: bytes([i]) for i in range(256)}
     while 256 + len(merges) < vocab_size:
-        stats = Counter(p for ch in chunks for p in zip(ch, ch[1:]))
+        stats = {}
+        for ch in chunks:
+            for p in zip(ch, ch[1:]):
+                stats[p] = stats.get(p, 0) + 1
         if not stats or max(stats.values()) < 2:
             break
-        top = max(stats.values())
-        pair = min(p for p, n in stats.items() if n == top)  # ties -> smallest pair
+        if tie == "lexicographic":
+            pair = max(stats, key=lambda p: (stats[p], vocab[p[0]], vocab[p[1]]))
+        else:
+            pair = max(stats, key=stats.get)
         merges[pair] = 256 + len(merges)
+        vocab[merges[pair]] = vocab[pair[0]] + vocab[pair[1]]
         chunks = [_merge(ch, pair, merges[pair]) for ch in chunks]
     return merges
 
 
+@pytest.mark.parametrize("tie", ["lexicographic", "first-seen"])
 @pytest.mark.parametrize("pattern", [GPT2_SPLIT_PATTERN, None])
-def test_bpe_incremental_training_equals_brute_force(pattern):
-    text = CORPUS + " ".join(TEXTS[:5])
-    fast = ByteBPETokenizer(pattern=pattern).train(text, vocab_size=330)
-    assert fast.merges == _reference_bpe(text, 330, pattern)
+def test_bpe_incremental_training_equals_brute_force(pattern, tie):
+    text = CORPUS + " ".join(TEXTS[:5]) + " lowest newer wider " * 3
+    fast = ByteBPETokenizer(pattern=pattern).train(text, vocab_size=330, tie=tie)
+    ref = _reference_bpe(text, 330, pattern, tie)
+    assert list(fast.merges.items()) == list(ref.items())
+    other = "first-seen" if tie == "lexicographic" else "lexicographic"
+    assert list(fast.merges) != list(_reference_bpe(text, 330, pattern, other))  # the rule matters
 
 
 def test_bpe_decode_partial_character_replaces():
@@ -184,3 +197,163 @@ def test_bad_arguments_in_code():
     assert tok.decode(np.array([2, 3])) == "ab"  # NumPy integers are integers
     with pytest.raises(ValueError, match="token id 999"):
         ByteBPETokenizer().token_bytes(999)
+
+
+# --- Special tokens, streaming, other formats (issue 28) ----------------------------------------
+
+EOT = "<|endoftext|>"
+SPECIAL_TEXT = f"the cat{EOT}sat on the mat.{EOT}{EOT} the dog <|end|> {EOT[:-1]}"
+
+
+@pytest.fixture(scope="module")
+def special_tok():
+    return ByteBPETokenizer.from_text(CORPUS + EOT + CORPUS, 270, special_tokens=[EOT, "<|end|>"])
+
+
+def test_special_tokens_are_ids_never_split_and_decode_back(special_tok):
+    tok = special_tok
+    assert tok.special_tokens == {EOT: 268, "<|end|>": 269} and tok.vocab_size == 270
+    ids = tok.encode(SPECIAL_TEXT)
+    assert ids.count(268) == 3 and ids.count(269) == 1
+    assert tok.decode(ids) == SPECIAL_TEXT
+    assert tok.encode(EOT) == [268]
+    # no learned token contains a special token's bytes or crosses one
+    assert not any(b"<|" in tok.token_bytes(i) for i in range(256, 268))
+    # neither allowed nor disallowed: ordinary text, several byte-level ids
+    plain = tok.encode(SPECIAL_TEXT, allowed_special=set(), disallowed_special=())
+    assert 268 not in plain and tok.decode(plain) == SPECIAL_TEXT
+    assert tok.encode(SPECIAL_TEXT, allowed_special={"<|end|>"}, disallowed_special=()).count(268) == 0
+
+
+def test_overlapping_special_tokens_prefer_the_longest():
+    tok = ByteBPETokenizer(special_tokens=["<a>", "<a><a>"])
+    assert tok.encode("<a><a><a>") == [tok.special_tokens["<a><a>"], tok.special_tokens["<a>"]]
+
+
+@pytest.mark.parametrize("allowed,disallowed,raises", [
+    ("all", "all", False), (set(), "all", True), ({EOT}, "all", True), ({EOT, "<|end|>"}, "all", False),
+    (set(), (), False), (set(), {"<|end|>"}, True),
+])
+def test_allowed_special_behaves_like_tiktoken(special_tok, allowed, disallowed, raises):
+    """The same table for tiktoken: a disallowed special token in the text raises."""
+    tiktoken = pytest.importorskip("tiktoken")
+    enc = tiktoken.Encoding("t", pat_str=GPT2_SPLIT_PATTERN, special_tokens=special_tok.special_tokens,
+                            mergeable_ranks={special_tok.vocab[i]: i for i in range(268)})
+    for encode in (special_tok.encode, enc.encode):
+        if raises:
+            with pytest.raises(ValueError, match="disallowed"):
+                encode(SPECIAL_TEXT, allowed_special=allowed, disallowed_special=disallowed)
+    if not raises:
+        assert special_tok.encode(SPECIAL_TEXT, allowed, disallowed) == enc.encode(
+            SPECIAL_TEXT, allowed_special=allowed, disallowed_special=disallowed)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_encode_iterable_equals_encode_for_any_split(special_tok, seed):
+    rng = np.random.default_rng(seed)
+    text = (SPECIAL_TEXT + "  \n\n  x  " + TEXTS[3] + TEXTS[2]) * 3
+    cuts = sorted(rng.choice(len(text), size=12, replace=False))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+    stream = special_tok.encode_iterable(iter(pieces))
+    assert not isinstance(stream, list)  # lazy: a generator
+    assert list(stream) == special_tok.encode(text)
+    assert list(special_tok.encode_iterable(text.splitlines(keepends=True))) == special_tok.encode(text)
+
+
+def test_encode_iterable_memory_does_not_grow(tmp_path, special_tok):
+    """A 1.5 MB file streamed line by line: the tokenizer holds one line and one chunk at a time
+    (the ids alone would take several MB as a list)."""
+    import tracemalloc
+
+    path = tmp_path / "big.txt"
+    line = "the cat sat on the mat. " * 4 + EOT + "\n"
+    path.write_text(line * (1_500_000 // len(line)), encoding="utf-8")
+    tracemalloc.start()
+    with open(path, encoding="utf-8") as f:
+        n = sum(1 for _ in special_tok.encode_iterable(f))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert n > 100_000 and peak < 500_000, (n, peak)
+
+
+def test_from_vocab_merges_keeps_the_ids(special_tok):
+    # the same tokenizer with every id shuffled: same tokens, different numbers
+    rng = np.random.default_rng(0)
+    ordinary = {i: v for i, v in special_tok.vocab.items() if i < 268}
+    new_ids = dict(zip(ordinary, (int(i) for i in rng.permutation(len(ordinary)))))
+    vocab = {new_ids[i]: v for i, v in ordinary.items()}
+    merges = [(special_tok.vocab[a], special_tok.vocab[b]) for a, b in special_tok.merges]
+    tok = ByteBPETokenizer.from_vocab_merges(vocab, merges, special_tokens=[EOT])
+    assert tok.special_tokens == {EOT: 268}
+    ids = tok.encode(SPECIAL_TEXT)
+    assert [tok.vocab[i] for i in ids] == [special_tok.vocab[i] for i in special_tok.encode(
+        SPECIAL_TEXT, allowed_special={EOT}, disallowed_special=())]
+    assert tok.decode(ids) == SPECIAL_TEXT
+
+
+def _gpt2_fixture(tmp_path, tok):
+    """GPT-2-format files from a trained tokenizer, renumbered as GPT-2 numbers its bytes
+    (printable bytes first), so that loading must take the ids from the file."""
+    from fundamentallm.tokenizers import _bytes_to_unicode
+
+    order = list(_bytes_to_unicode())  # GPT-2's byte order: id k is byte order[k]
+    renumber = {b: k for k, b in enumerate(order)}
+    vocab = {renumber.get(i, i) if i < 256 else i: v for i, v in tok.vocab.items()}
+    merges = [(tok.vocab[a], tok.vocab[b]) for a, b in tok.merges]
+    gpt2_like = ByteBPETokenizer.from_vocab_merges(vocab, merges, special_tokens=list(tok.special_tokens))
+    return gpt2_like, gpt2_like.save_gpt2_files(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from fundamentallm.data import load_corpus
+
+    text = load_corpus("python-docs")[:80_000]
+    return ByteBPETokenizer.from_text(text, 800, special_tokens=[EOT]), load_corpus("python-docs")[-40_000:]
+
+
+def test_gpt2_files_equal_transformers_and_tiktoken(tmp_path, trained):
+    transformers = pytest.importorskip("transformers")
+    tiktoken = pytest.importorskip("tiktoken")
+    tok, held_out = trained
+    gpt2_like, (vocab_path, merges_path) = _gpt2_fixture(tmp_path, tok)
+    assert json.loads(vocab_path.read_text(encoding="utf-8"))["!"] == 0  # GPT-2's first id
+    loaded = ByteBPETokenizer.from_gpt2_files(vocab_path, merges_path, special_tokens=[EOT])
+    assert loaded.vocab == gpt2_like.vocab and loaded.merges == gpt2_like.merges
+    text = held_out + EOT + TEXTS[2] + " x² ①a 3½ don't" + EOT
+    ours = loaded.encode(text)
+    hf = transformers.GPT2Tokenizer.from_pretrained(str(tmp_path))  # a local folder: no network
+    assert hf.encode(text) == ours
+    ranks = {v: i for i, v in loaded.vocab.items() if i != loaded.special_tokens[EOT]}
+    r50k = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+    enc = tiktoken.Encoding("fixture", pat_str=r50k, mergeable_ranks=ranks, special_tokens=loaded.special_tokens)
+    assert enc.encode(text, allowed_special="all") == ours
+    assert loaded.decode(ours) == text
+
+
+def test_gpt2_regex_is_exact():
+    """A letter next to ² or ① is its own chunk in GPT-2 (\\p{L} vs \\p{N}/symbols)."""
+    assert re.findall(GPT2_SPLIT_PATTERN, "x² a①b 3½ don't") == ["x", "²", " a", "①", "b", " 3½", " don", "'t"]
+    from fundamentallm.tokenizers import LEGACY_SPLIT_PATTERN
+
+    assert ByteBPETokenizer(pattern=LEGACY_SPLIT_PATTERN)._chunks("x²") == ["x²"]  # the approximation replaced
+
+
+def test_version_1_files_still_load(tmp_path):
+    """A file written before issue 28 (merges as pairs, the re-compatible pattern) encodes as then."""
+    from fundamentallm.tokenizers import LEGACY_SPLIT_PATTERN
+
+    old = {"type": "ByteBPETokenizer", "version": 1, "pattern": LEGACY_SPLIT_PATTERN,
+           "merges": [[116, 104], [256, 101], [32, 257]]}
+    tok = Tokenizer.load(_write(tmp_path, old))
+    assert tok.encode("the x² the") == [257, 32, 120, 194, 178, 258]
+    assert Tokenizer.from_dict(tok.to_dict()).encode("the x² the") == tok.encode("the x² the")
+
+
+def test_save_load_keeps_special_tokens_and_ids(tmp_path, trained):
+    tok, held_out = trained
+    gpt2_like, _ = _gpt2_fixture(tmp_path, tok)
+    gpt2_like.save(tmp_path / "t.json")
+    again = Tokenizer.load(tmp_path / "t.json")
+    assert again.vocab == gpt2_like.vocab and again.special_tokens == gpt2_like.special_tokens
+    assert again.encode(held_out + EOT) == gpt2_like.encode(held_out + EOT)

@@ -151,3 +151,44 @@ def check_count_slow_pairs(count_slow_pairs: Callable) -> str:
             raise CheckFailed(f"{what}: expected {expected}, got {got}; pair i turns by "
                               "context * base^(-2i/D) radians between positions 0 and context")
     return "the slow pairs are the last ones: their frequencies base^(-2i/D) are the smallest"
+
+
+def _rope_scores(x: torch.Tensor, weight: torch.Tensor, H: int, rope) -> torch.Tensor:
+    """Scores q·q of the queries ``x @ weight.T`` (x: (B, T, C)) after ``rope``: (B, H, T, T)."""
+    B, T, _ = x.shape
+    q = rope((x @ weight.T).view(B, T, H, -1).transpose(1, 2))  # (B, H, T, D)
+    return q @ q.transpose(-2, -1)
+
+
+@exercise_check(forbidden=("fundamentallm.interop.permute_rope_weights",))
+def check_interleaved_to_half(interleaved_to_half: Callable, seed: int = 0) -> str:
+    """``interleaved_to_half(weight, num_heads)``: each head's ``D`` rows of a query/key
+    projection ``(num_heads·D, C)`` (or bias ``(num_heads·D,)``) reordered from the interleaved
+    RoPE layout (pairs ``2k, 2k+1``) to the half layout (pairs ``k, k + D/2``). Judged by the
+    scores: half-RoPE on the converted projection must equal interleaved RoPE on the original."""
+    from ..positions import RotaryEmbedding
+
+    g = torch.Generator().manual_seed(seed)
+    cases = [(1, 2, 3), (2, 8, 5), (4, 4, 16), (3, 6, 1)]  # (num_heads, D, C)
+    for H, D, C in cases:
+        weight = torch.randn(H * D, C, generator=g, dtype=torch.float64)
+        out = interleaved_to_half(weight.clone(), H)
+        what = f"interleaved_to_half(weight of shape {(H * D, C)}, num_heads={H})"
+        check_shape(out, (H * D, C), what=what)
+        out = _as_tensor(out).double()
+        # written-out reference: half row j of a head is interleaved row 2j (j < D/2), else 2(j - D/2) + 1
+        rows = [h * D + (2 * j if j < D // 2 else 2 * (j - D // 2) + 1) for h in range(H) for j in range(D)]
+        x = torch.randn(2, 7, C, generator=g, dtype=torch.float64)  # (B, T, C)
+        half = RotaryEmbedding(D, 7, style="half").double()
+        inter = RotaryEmbedding(D, 7, style="interleaved").double()
+
+        assert_same(_rope_scores(x, out, H, half), _rope_scores(x, weight, H, inter), atol=1e-9, rtol=1e-9,
+                    what=f"{what}: attention scores of a half-RoPE model with your rows vs the "
+                         f"interleaved model (each head: pair (2k, 2k+1) must land on (k, k + D/2))")
+        assert_same(out, weight[rows], what=f"{what}: the rows")
+    bias = torch.randn(16, generator=g, dtype=torch.float64)
+    out = interleaved_to_half(bias.clone(), 2)
+    check_shape(out, (16,), what="interleaved_to_half(a bias of shape (16,), num_heads=2)")
+    expected = torch.cat([bias[0:8:2], bias[1:8:2], bias[8:16:2], bias[9:16:2]])
+    assert_same(_as_tensor(out).double(), expected, what="interleaved_to_half(bias, num_heads=2)")
+    return f"{len(cases)} projections (scores of both conventions equal) and a bias"
