@@ -76,7 +76,7 @@ def dropout_rate(text: str) -> float:
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fundamentallm", description=__doc__.split("\n\n")[0],
                                      epilog=EPILOG, formatter_class=_Formatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,generate,evaluate,doctor}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,generate,evaluate,doctor,sft,dpo,grpo}")
 
     train = sub.add_parser("train", help="train a language model on a corpus", formatter_class=_Formatter,
                            description="Train a language model; checkpoints go to --out every "
@@ -134,6 +134,9 @@ def _build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="print versions, the device and whether each chapter's "
                          "imports resolve", formatter_class=_Formatter)
     doc.add_argument("--book", default=None, help="folder of chapter notebooks (None: the repository's book/)")
+
+    from .posttrain_cli import add_parsers  # sft, dpo, grpo (chapter 15)
+    add_parsers(sub, _Formatter, sys.modules[__name__])
     return parser
 
 
@@ -228,6 +231,8 @@ def cmd_doctor(args: argparse.Namespace) -> dict:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _build_parser().parse_args(argv)
     commands = {"train": cmd_train, "generate": cmd_generate, "evaluate": cmd_evaluate, "doctor": cmd_doctor}
+    from .posttrain_cli import COMMANDS, cmd_post
+    commands.update(dict.fromkeys(COMMANDS, lambda a: cmd_post(a, vars(_build_parser().parse_args([a.command])))))
     try:
         result = commands[args.command](args)
     except CommandError as err:
