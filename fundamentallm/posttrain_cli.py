@@ -26,7 +26,7 @@ RUN_FLAGS = {"sft": ("checkpoint", "steps", "batch_size", "lr", "seed", "lora_ra
              "dpo": ("checkpoint", "steps", "batch_size", "lr", "seed", "beta", "questions", "samples"),
              "grpo": ("checkpoint", "steps", "batch_size", "lr", "seed", "group_size", "kl_coef", "clip_eps",
                       "inner_steps", "temperature")}
-LORA_TARGETS = ["attn.qkv", "attn.out_proj", "ff.up", "ff.gate", "ff.down"]
+LORA_TARGETS = ["attn.qkv", "attn.out_proj", "ff.up", "ff.gate", "ff.down"]  # those the model has
 
 
 def add_parsers(sub, formatter, types) -> None:
@@ -110,7 +110,6 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
     """Run ``sft``, ``dpo`` or ``grpo`` with parsed ``args``; returns the final metrics."""
     import copy
 
-    import torch
     from tqdm import tqdm
 
     from . import lora, posttrain
@@ -147,7 +146,9 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
         for p in reference.parameters():
             p.requires_grad_(False)
     if args.command == "sft" and args.lora_rank:
-        lora.apply_lora(model, LORA_TARGETS, rank=args.lora_rank, alpha=args.lora_alpha)
+        names = [n for n, _ in model.named_modules()]
+        targets = [t for t in LORA_TARGETS if any(n.endswith("." + t) for n in names)]  # e.g. no gate without SwiGLU
+        lora.apply_lora(model, targets, rank=args.lora_rank, alpha=args.lora_alpha)
     optimizer = posttrain.make_optimizer(model, args.lr)
     start_step = 0
     if saved is not None:

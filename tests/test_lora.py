@@ -10,7 +10,15 @@ import torch
 from torch import nn
 
 from fundamentallm import Transformer, TransformerConfig
-from fundamentallm.lora import LoRALinear, apply_lora, load_lora, lora_state_dict, merge_lora, merged_copy, save_lora
+from fundamentallm.lora import (
+    LoRALinear,
+    apply_lora,
+    load_lora,
+    lora_state_dict,
+    merge_lora,
+    merged_copy,
+    save_lora,
+)
 
 
 def _model(seed=0):
