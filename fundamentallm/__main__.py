@@ -74,7 +74,7 @@ def dropout_rate(text: str) -> float:
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fundamentallm", description=__doc__.split("\n\n")[0],
                                      epilog=EPILOG, formatter_class=_Formatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,generate,evaluate,doctor,prepare}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,generate,evaluate,doctor,prepare,sft,dpo,grpo}")
 
     train = sub.add_parser("train", help="train a language model on a corpus", formatter_class=_Formatter,
                            description="Train a language model; checkpoints go to --out every "
@@ -146,6 +146,9 @@ def _build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--vocab-size", type=positive_int, default=512, help="BPE vocabulary size (>= 256)")
     prep.add_argument("--val-fraction", type=fraction, default=0.1, help="last fraction of the tokens held out")
     prep.add_argument("--out", required=True, help="output folder")
+
+    from .posttrain_cli import add_parsers  # sft, dpo, grpo (chapter 15)
+    add_parsers(sub, _Formatter, sys.modules[__name__])
     return parser
 
 
@@ -248,6 +251,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _build_parser().parse_args(argv)
     commands = {"train": cmd_train, "generate": cmd_generate, "evaluate": cmd_evaluate, "doctor": cmd_doctor,
                 "prepare": cmd_prepare}
+    from .posttrain_cli import COMMANDS, cmd_post
+    commands.update(dict.fromkeys(COMMANDS, lambda a: cmd_post(a, vars(_build_parser().parse_args([a.command])))))
     try:
         result = commands[args.command](args)
     except CommandError as err:

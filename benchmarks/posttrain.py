@@ -1,0 +1,158 @@
+"""Post-training, measured: base -> SFT, LoRA, and DPO / GRPO from an under-trained SFT model.
+
+The recipe of chapter 15, longer, with several seeds. Per seed: pretrain a one-layer decoder on
+the noisy "web" corpus of additions; SFT for ``--sft-steps`` (full fine-tuning) and the same with
+LoRA (rank 4 on every linear layer of the block); the SFT model at ``--short-steps`` is the
+deliberately under-trained starting point of DPO and GRPO. Every stage is evaluated greedily on
+the held-out ``test`` (random) and ``hard`` (a carry in the units column) problems.
+
+Run:  OMP_NUM_THREADS=1 python benchmarks/posttrain.py [--seeds 3] [--jobs 3] [--save PATH]
+Prints a table (accuracy mean ± sd over seeds, tokens/s, seconds per stage) and one JSON line
+last. Seeds run in ``--jobs`` processes at once (one torch thread each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import time
+
+STAGES = ("base", "SFT", "LoRA", "SFT (short)", "DPO", "GRPO")
+
+
+def run_seed(seed: int, args: argparse.Namespace) -> dict:
+    import torch
+
+    from fundamentallm import CharacterTokenizer, Transformer, TransformerConfig, lora, posttrain
+    from fundamentallm.training import TrainConfig, Trainer
+    from fundamentallm.utils import set_seed
+
+    torch.set_num_threads(1)
+    set_seed(seed)
+    splits = posttrain.addition_splits(seed=0)
+    web = posttrain.web_corpus(splits["train"] * 4, seed=seed)
+    tokenizer = CharacterTokenizer(set(web) | {posttrain.USER, posttrain.ASSISTANT, posttrain.END})
+    template = posttrain.ChatTemplate(tokenizer)
+    config = TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=128, num_heads=4, num_layers=1,
+                               max_seq_len=16, pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False)
+    out: dict = {}
+
+    def record(name, model, seconds, tokens):
+        out[name] = {split: posttrain.evaluate(model, template, splits[split])["accuracy"] for split in ("test", "hard")}
+        out[name].update(seconds=seconds, tokens_per_s=tokens / max(seconds, 1e-9))
+
+    base = Transformer(config)
+    start = time.perf_counter()
+    trainer = Trainer(base, torch.tensor(tokenizer.encode(web)), None,
+                      TrainConfig(lr=3e-3, max_steps=args.pretrain_steps, warmup_steps=min(20, args.pretrain_steps // 5), batch_size=32, block_size=16,
+                                  weight_decay=0.0, device="cpu", progress=False, seed=seed))
+    trainer.fit()
+    record("base", base, time.perf_counter() - start, trainer.tokens_seen)
+
+    sft, short = copy.deepcopy(base), None
+    optimizer = posttrain.make_optimizer(sft, 3e-3)
+    start = time.perf_counter()
+    h1 = posttrain.train_sft(sft, template, splits["train"], args.short_steps, 128, seed=seed, optimizer=optimizer)
+    short = copy.deepcopy(sft)
+    short_seconds = time.perf_counter() - start
+    h2 = posttrain.train_sft(sft, template, splits["train"], args.sft_steps, 128, seed=seed, optimizer=optimizer,
+                             start_step=args.short_steps)
+    record("SFT", sft, time.perf_counter() - start, sum(h1["tokens"]) + sum(h2["tokens"]))
+    record("SFT (short)", short, short_seconds, sum(h1["tokens"]))
+
+    adapted = copy.deepcopy(base)
+    lora.apply_lora(adapted, ["attn.qkv", "attn.out_proj", "ff.up", "ff.gate", "ff.down"], rank=4, alpha=8)
+    out["lora_trainable_fraction"] = adapted.num_parameters(trainable_only=True) / base.num_parameters()
+    start = time.perf_counter()
+    h = posttrain.train_sft(adapted, template, splits["train"], args.sft_steps, 128, lr=1e-2, seed=seed)
+    record("LoRA", lora.merge_lora(adapted), time.perf_counter() - start, sum(h["tokens"]))
+
+    questions = [q for q, _ in splits["train"]]
+    policy = copy.deepcopy(short)
+    start = time.perf_counter()
+    pairs = posttrain.preference_pairs(short, template, questions[:300], num_samples=4, seed=seed)
+    h = posttrain.train_dpo(policy, short, template, pairs, args.rl_steps, 32, lr=3e-4, beta=0.1, seed=seed)
+    record("DPO", policy, time.perf_counter() - start, sum(h["tokens"]))
+    out["dpo_pairs"] = len(pairs)
+
+    policy = copy.deepcopy(short)
+    start = time.perf_counter()
+    h = posttrain.train_grpo(policy, short, template, questions, args.rl_steps, 16, 8, lr=1e-3, kl_coef=0.04, seed=seed)
+    record("GRPO", policy, time.perf_counter() - start, sum(h["tokens"]))
+    out["grpo_reward_first_last"] = [h["reward"][0], h["reward"][-1]]
+    return out
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run at once, one process each")
+    parser.add_argument("--pretrain-steps", type=int, default=300)
+    parser.add_argument("--short-steps", type=int, default=200, help="SFT steps of the under-trained model")
+    parser.add_argument("--sft-steps", type=int, default=500)
+    parser.add_argument("--rl-steps", type=int, default=60, help="DPO and GRPO steps")
+    parser.add_argument("--save", default=None, help="also write the JSON to this file")
+    parser.add_argument("--note", default="", help="what else ran on the machine")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    load_start = os.getloadavg()
+    start = time.perf_counter()
+    if args.jobs > 1:
+        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+            runs = pool.starmap(run_seed, [(seed, args) for seed in range(args.seeds)])
+    else:
+        runs = [run_seed(seed, args) for seed in range(args.seeds)]
+    stages = {}
+    for name in STAGES:
+        test, hard = _mean_sd([r[name]["test"] for r in runs]), _mean_sd([r[name]["hard"] for r in runs])
+        stages[name] = {"test_mean": test[0], "test_sd": test[1], "hard_mean": hard[0], "hard_sd": hard[1],
+                        "test": [r[name]["test"] for r in runs], "hard": [r[name]["hard"] for r in runs],
+                        "tokens_per_s": statistics.mean(r[name]["tokens_per_s"] for r in runs),
+                        "seconds": statistics.mean(r[name]["seconds"] for r in runs)}
+    verdicts = []
+    for name, ref in (("SFT", "base"), ("LoRA", "SFT"), ("DPO", "SFT (short)"), ("GRPO", "SFT (short)")):
+        for split in ("test", "hard"):
+            diffs = [r[name][split] - r[ref][split] for r in runs]
+            d, sd = _mean_sd(diffs)
+            verdict = ("helped" if d > 2 * sd and d > 0 else "hurt" if d < -2 * sd and d < 0 else
+                       "no change beyond twice the spread")
+            verdicts.append(f"{name} vs {ref}, {split}: {100 * d:+.1f} points (sd {100 * sd:.1f} over "
+                            f"{len(runs)} seeds): {verdict}")
+    lora_fraction = statistics.mean(r["lora_trainable_fraction"] for r in runs)
+    verdicts.append(f"LoRA trains {lora_fraction:.1%} of the parameters")
+    print(f"{'stage':13} {'test accuracy':>18} {'hard accuracy':>18} {'tokens/s':>10} {'seconds':>8}")
+    for name, row in stages.items():
+        print(f"{name:13} {row['test_mean']:8.1%} ± {row['test_sd']:5.1%}  {row['hard_mean']:8.1%} ± "
+              f"{row['hard_sd']:5.1%} {row['tokens_per_s']:10.0f} {row['seconds']:8.1f}")
+    for line in verdicts:
+        print("-", line)
+    import torch
+
+    machine = (f"{platform.machine()} {os.cpu_count()} cores, load average {load_start[0]:.1f} at the start and "
+               f"{os.getloadavg()[0]:.1f} at the end; {args.jobs} seed(s) at once, one torch thread each. "
+               + (args.note or ""))
+    result = {"benchmark": "posttrain", "stages": stages, "verdicts": verdicts, "seeds": args.seeds,
+              "settings": {k: v for k, v in vars(args).items() if k not in ("save", "note")},
+              "per_seed": runs, "total_s": time.perf_counter() - start, "loadavg_start": load_start,
+              "loadavg_end": os.getloadavg(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+              "machine": machine}
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
