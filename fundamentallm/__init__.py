@@ -10,6 +10,7 @@ The names below are imported on first use (PEP 562), so ``import fundamentallm``
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
@@ -37,7 +38,7 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-_SUBMODULES = ("attention", "canon", "checkpoint", "checks", "config", "course", "data", "distributed",
+_SUBMODULES = ("a11y", "attention", "canon", "checkpoint", "checks", "config", "course", "data", "distributed",
                "feedforward", "generation", "gradcheck", "interop", "model", "moe", "muon", "norms", "positions",
                "registry", "tokenizers", "training", "utils", "viz")
 
@@ -57,3 +58,10 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+if "IPython" in sys.modules:  # in a notebook kernel: each plot's PNG carries a text description
+    from .a11y import install_figure_alt  # (the book's alt text; see fundamentallm/a11y.py)
+
+    install_figure_alt()
+    del install_figure_alt
