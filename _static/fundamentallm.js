@@ -13,7 +13,8 @@
       and can be scrolled from the keyboard (it is focusable, with a name).
    3. Enlarging. Every plot and diagram has an "Enlarge" button (tapping the image does the same):
       the figure opens at full size in a dialog that scrolls both ways; Escape or "Close" closes it.
-   4. Print. Interactive figures print their default frame (see fundamentallm.css for the rest). */
+   4. Print. Interactive figures print their default frame (see fundamentallm.css for the rest).
+   5. Tables printed as text keep each row on one line on a phone and scroll sideways instead. */
 (function () {
   "use strict";
   const onReady = (fn) => {
@@ -221,7 +222,17 @@
     });
   });
 
+  /* 5. Tables printed as text keep their rows (see fundamentallm.css) ------------------------- */
+  function markTextTables() {
+    document.querySelectorAll(".bd-article .cell_output .output.stream pre").forEach((pre) => {
+      const lines = pre.textContent.split("\n").filter((line) => line.trim());
+      const aligned = lines.filter((line) => /\S {2,}\S/.test(line.trim())).length;
+      if (lines.length >= 3 && aligned >= Math.max(2, lines.length / 2)) pre.classList.add("fl-text-table");
+    });
+  }
+
   onReady(() => {
+    markTextTables();
     rememberDefaultFrames();
     addEnlargeButtons();
     updateAllScrollers();
