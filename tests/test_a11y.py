@@ -102,3 +102,19 @@ def test_every_plot_a_notebook_shows_carries_its_description(tmp_path):
                 found.append(png_description(base64.b64decode(out["data"]["image/png"])))
     assert found == ["A run: line plot of loss against step; step from 0.9 to 3.1; loss from 0.9 to 3.1.",
                      "Bars: bar chart of values; x: a, b; y from 0 to 2.1."], found
+
+
+def test_diagram_text_is_large_enough_for_a_laptop():
+    """Every diagram's font sizes are at least 12 in a viewBox at most 900 wide: shown full-width
+    (about 935 px at 1280 px), its text is at least 12 px (tests/test_browser.py measures it)."""
+    import re
+    from pathlib import Path
+
+    images = sorted((Path(__file__).resolve().parents[1] / "book" / "images").glob("*.svg"))
+    assert images
+    for svg in images:
+        text = svg.read_text(encoding="utf-8")
+        width = float(re.search(r'viewBox="[\d.]+ [\d.]+ ([\d.]+) [\d.]+"', text).group(1))
+        sizes = [float(v) for v in re.findall(r'font-size="([\d.]+)"', text)]
+        assert width <= 900, f"{svg.name}: viewBox {width} wide"
+        assert sizes and min(sizes) >= 12, f"{svg.name}: font-size {min(sizes)} < 12"
