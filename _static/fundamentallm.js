@@ -94,8 +94,19 @@
     ".bd-article div.highlight > pre",
   ].join(",");
 
+  const usedLabels = new Map();
+
+  function unique(label) {  // landmarks need distinct names
+    const n = (usedLabels.get(label) || 0) + 1;
+    usedLabels.set(label, n);
+    return n === 1 ? label : `${label} (${n})`;
+  }
+
   function describe(box) {
-    if (box.matches("pre")) return "Code";
+    if (box.matches("pre")) {
+      const first = box.textContent.split("\n").find((line) => line.trim()) || "";
+      return "Code: " + first.trim().slice(0, 40);
+    }
     const img = box.querySelector("img");
     if (box.querySelector("table")) return "Table";
     if (box.classList.contains("fl-explorer")) {
@@ -140,7 +151,7 @@
     }
     if (box.dataset.flScroll === "1") {
       box.setAttribute("role", "region");
-      box.setAttribute("aria-label", describe(box) + " (scrolls sideways)");
+      if (!box.hasAttribute("aria-label")) box.setAttribute("aria-label", unique(describe(box) + ", scrolls sideways"));
     }
     w.classList.toggle("fl-more-left", box.scrollLeft > 2);
     w.classList.toggle("fl-more-right", box.scrollLeft + box.clientWidth < box.scrollWidth - 2);

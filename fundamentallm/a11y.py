@@ -47,7 +47,23 @@ def set_alt_text(fig, text: str):
 
 
 def _num(v: float) -> str:
-    return f"{v:.3g}".replace("e+0", "e").replace("e-0", "e-")
+    """3 significant digits, without an exponent between 0.001 and 100,000 (1150, not 1.15e3)."""
+    if v == 0:
+        return "0"
+    if 1e-3 <= abs(v) < 1e5:
+        text = f"{v:.3g}"
+        return f"{round(v):d}" if "e" in text else text
+    return f"{v:.3g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+
+
+def _range(ax, which: str) -> tuple[float, float]:
+    """The data's range along an axis (without the axes' margins), or the axis limits."""
+    import numpy as np
+
+    lo, hi = (ax.dataLim.intervalx if which == "x" else ax.dataLim.intervaly)
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo > hi:
+        lo, hi = sorted(getattr(ax, f"get_{which}lim")())
+    return float(lo), float(hi)
 
 
 def _clean(text: str) -> str:
@@ -132,10 +148,10 @@ def _describe_axes(ax, colorbars: dict) -> str:
             parts.append(f"{y}: {_list(ycats)}")
     if not ax.images:
         if not xcats:
-            lo, hi = sorted(ax.get_xlim())
+            lo, hi = _range(ax, "x")
             parts.append(f"{x} from {_num(lo)} to {_num(hi)}")
         if not ycats:
-            lo, hi = sorted(ax.get_ylim())
+            lo, hi = _range(ax, "y")
             parts.append(f"{y} from {_num(lo)} to {_num(hi)}")
     legend = ax.get_legend()
     if legend is not None:
@@ -362,12 +378,17 @@ def _image_alt(app, doctree) -> None:
 
 
 def _page_fixes(app, pagename, templatename, context, doctree) -> None:
-    """HTML fixes for axe-core: docutils marks bibliography entries with the deprecated
-    ``doc-biblioentry`` role, which a ``role="list"`` may not contain (axe: a critical
-    aria-required-children error): they become list items."""
+    """HTML fixes for axe-core. Docutils marks bibliography entries with the deprecated
+    ``doc-biblioentry`` role, which a ``role="list"`` may not contain (a critical
+    aria-required-children error): they become list items. A hidden code cell's summary ("Show
+    code cell source") is labelled "Toggle hidden content", a name without its visible text
+    (label-content-name-mismatch): the label goes, and the visible text names it."""
     body = context.get("body")
-    if isinstance(body, str) and 'role="doc-biblioentry"' in body:
-        context["body"] = body.replace('role="doc-biblioentry"', 'role="listitem"')
+    if not isinstance(body, str):
+        return
+    body = body.replace('role="doc-biblioentry"', 'role="listitem"')
+    body = body.replace('<summary aria-label="Toggle hidden content">', "<summary>")
+    context["body"] = body
 
 
 STUB = ("/* FundamentaLLM: the theme's fontawesome.js (1.5 MB: all of Font Awesome) is replaced by the few "
