@@ -145,7 +145,8 @@
       w.appendChild(hint);
       box.addEventListener("scroll", () => updateScroller(box), { passive: true });
     }
-    if (!box.hasAttribute("tabindex") && !box.querySelector("a, button, input, select, textarea, [tabindex]")) {
+    // Focusable even when it holds a button or a slider: the arrow keys scroll only a focused box.
+    if (!box.hasAttribute("tabindex")) {
       box.setAttribute("tabindex", "0");
       box.dataset.flScroll = "1";
     }
