@@ -151,7 +151,8 @@
       box.dataset.flScroll = "1";
     }
     if (box.dataset.flScroll === "1") {
-      box.setAttribute("role", "region");
+      // A named region (a <figure> keeps its own role, which allows the name too).
+      if (!box.matches("figure")) box.setAttribute("role", "region");
       if (!box.hasAttribute("aria-label")) box.setAttribute("aria-label", unique(describe(box) + ", scrolls sideways"));
     }
     w.classList.toggle("fl-more-left", box.scrollLeft > 2);
