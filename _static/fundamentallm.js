@@ -244,7 +244,19 @@
     });
   }
 
+  // A solution's title says, in print only, that its body is left out (fundamentallm.css).
+  function markSolutionsForPrint() {
+    document.querySelectorAll(".bd-article div.solution > .admonition-title").forEach((title) => {
+      if (title.querySelector(".fl-print-only")) return;
+      const note = document.createElement("span");
+      note.className = "fl-print-only";
+      note.textContent = " \u2014 left out of the printout: read it in the online book";
+      title.appendChild(note);
+    });
+  }
+
   onReady(() => {
+    markSolutionsForPrint();
     markTextTables();
     rememberDefaultFrames();
     addEnlargeButtons();

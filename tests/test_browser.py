@@ -600,9 +600,8 @@ def test_print_wraps_code_and_leaves_solutions_out(site, open_page):
             body = solutions.nth(i).locator(":scope > :not(.admonition-title)")
             assert not any(body.nth(j).is_visible() for j in range(body.count())), \
                 f"{entry}: solution {i + 1} is printed"
-        note = solutions.first.locator(".admonition-title").evaluate(
-            "t => getComputedStyle(t, '::after').content")
-        assert "left out of the printout" in note
+        note = solutions.first.locator(".admonition-title .fl-print-only")
+        assert note.is_visible() and "left out of the printout" in note.inner_text()
         for i in range(explorers.count()):
             root = explorers.nth(i)
             assert not root.locator(".fl-controls").is_visible()
@@ -611,6 +610,8 @@ def test_print_wraps_code_and_leaves_solutions_out(site, open_page):
             assert img.get_attribute("src") == img.get_attribute("data-fl-default"), \
                 f"{entry}: interactive figure {i + 1} does not print its default frame"
         page.evaluate("window.dispatchEvent(new Event('afterprint'))")
+        page.emulate_media(media="screen")
+        assert not note.is_visible(), "the print-only note shows on screen"
         assert page.pdf()[:4] == b"%PDF"
 
 
