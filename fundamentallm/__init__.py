@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
@@ -60,3 +61,10 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+if "IPython" in sys.modules:  # in a notebook kernel: each plot's PNG carries a text description
+    from .a11y import install_figure_alt  # (the book's alt text; see fundamentallm/a11y.py)
+
+    install_figure_alt()
+    del install_figure_alt

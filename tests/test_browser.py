@@ -1,7 +1,11 @@
 """The built book in a real browser: every chapter page renders its title, figures, diagrams
 and math, has a working Colab link and collapsed solutions that open on click, interactive
 figures whose every control changes the figure, no sideways scrolling at a phone's width, and
-logs no console error.
+logs no console error. And the book works on any screen and for any reader: axe-core finds no
+serious or critical violation on any page (at 1280 and 390 px), the menu and "Contents" buttons
+work on a phone and the sidebar toggle on a laptop, every plot's alt text describes it, plots open
+at full size, boxes that scroll sideways say so and take the keyboard, diagram text is at least
+12 px, and print wraps code, leaves solutions out and shows interactive figures' default frame.
 
 Needs the built HTML (``jupyter-book build . --all``), Debian's Chromium (``/usr/bin/chromium``)
 and Python ``playwright`` (driving that executable; no browser download). Without them the tests
@@ -9,7 +13,8 @@ are skipped, unless ``FUNDAMENTALLM_REQUIRE_BROWSER=1`` (as in ``.ci/run``), whe
 missing is a failure.
 
 The pages are served from ``_build/html`` on 127.0.0.1 and every other request is aborted and
-reported: the book works offline (MathJax ships with it, from ``_vendor/mathjax``).
+reported: the book works offline (MathJax ships with it, from ``_vendor/mathjax``; axe-core ships
+with the tests, in ``tests/vendor/axe-core``).
 ``FUNDAMENTALLM_SCREENSHOTS=DIR`` saves a full-page PNG of each chapter (solutions closed, then
 one opened) for a person to look at.
 """
@@ -39,6 +44,9 @@ CHROMIUM_ARGS = [
     "--disable-features=Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider",
     "--metrics-recording-only", "--safebrowsing-disable-auto-update",
 ]
+AXE = ROOT / "tests" / "vendor" / "axe-core" / "axe.min.js"
+PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1280, "height": 900}
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]
 BRANCH = CONFIG["repository"].get("branch", "main")
@@ -106,9 +114,9 @@ def browser(site):
 class Page:
     """A page opened offline, with its console errors and the external requests it tried."""
 
-    def __init__(self, browser, url: str):
-        self.context = browser.new_context(viewport={"width": 1280, "height": 900},
-                                           service_workers="block")
+    def __init__(self, browser, url: str, viewport: dict = LAPTOP):
+        self.context = browser.new_context(viewport=viewport, service_workers="block",
+                                           has_touch=viewport["width"] < 600)
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.blocked: list[str] = []
@@ -135,8 +143,8 @@ class Page:
 def open_page(browser):
     pages = []
 
-    def _open(url):
-        pages.append(Page(browser, url))
+    def _open(url, viewport=LAPTOP):
+        pages.append(Page(browser, url, viewport))
         return pages[-1]
 
     yield _open
@@ -229,6 +237,31 @@ def test_chapter_page(site, open_page, entry):
                    for src, complete, width in images):
             problems.append(f"diagram {diagram} is missing or did not load")
 
+    # Alt text: every image says what it shows -- never a file name or hash (myst-nb's default for
+    # a plot), and a notebook plot carries the description its kernel stored (fundamentallm.a11y).
+    alts = page.eval_on_selector_all("article img", """els => els.map(e => [
+        e.getAttribute('src').slice(0, 60), e.getAttribute('alt') || '', !!e.closest('.cell_output')])""")
+    for src, alt, plot in alts:
+        if len(alt.split()) < 3 or re.search(r"[0-9a-f]{16}|\.(png|svg|jpe?g)\b|^data:", alt):
+            problems.append(f"image {src} has alt text {alt!r}, which does not say what it shows")
+        elif plot and "no description was recorded" in alt:
+            problems.append(f"plot {src} has no description in its PNG: {alt!r}")
+    # Diagrams: their text is at least 12 px on the page at laptop width.
+    small = page.evaluate("""async () => {
+        const out = [];
+        for (const img of document.querySelectorAll("article figure img[src$='.svg']")) {
+            const text = await (await fetch(img.src)).text();
+            const doc = new DOMParser().parseFromString(text, "image/svg+xml");
+            const box = doc.documentElement.getAttribute("viewBox").split(/[ ,]+/).map(Number);
+            const sizes = [...doc.querySelectorAll("[font-size]")].map(e => parseFloat(e.getAttribute("font-size")));
+            const px = Math.min(...sizes) * img.getBoundingClientRect().width / box[2];
+            if (px < 11.95) out.push(`${img.src.split('/').pop()}: ${px.toFixed(1)} px`);
+        }
+        return out;
+    }""")
+    if small:
+        problems.append(f"diagram text smaller than 12 px at 1280 px: {small}")
+
     # Interactive figures (fundamentallm.interactive): each control, moved, changes the figure.
     n_explorers = page.locator("article .fl-explorer").count()
     if n_explorers < EXPLORERS.get(entry, 0):
@@ -252,6 +285,11 @@ def test_chapter_page(site, open_page, entry):
             "article mjx-merror", "els => els.map(e => e.getAttribute('data-mjx-error') || e.textContent)")
         if tex_errors:
             problems.append(f"TeX errors: {tex_errors}")
+        # Raw TeX shown as text (a macro inside \text{...} is not expanded by MathJax).
+        raw_tex = page.eval_on_selector_all(
+            "article mjx-container mjx-utext", "els => els.map(e => e.textContent).filter(t => t.includes('\\\\'))")
+        if raw_tex:
+            problems.append(f"math shows raw TeX: {raw_tex}")
         # A display equation must fit the text column and not run under its number (MathJax 3
         # does not break lines: split a long equation with aligned or over two equations).
         too_wide = page.eval_on_selector_all("article div.math", """els => els.flatMap(e => {
@@ -348,6 +386,14 @@ def test_chapter_fits_a_phone(site, browser, entry):
             return [document.documentElement.scrollWidth, limit, out.slice(0, 5)];
         }""")
         scroll_width, width, culprits = wide
+        # A table printed as text keeps each row on one line (it scrolls in its own box instead).
+        wrapped = page.eval_on_selector_all("article pre.fl-text-table", """els => els.filter(e =>
+            getComputedStyle(e).whiteSpace !== 'pre').map(e => e.textContent.slice(0, 40))""")
+        assert not wrapped, f"{entry}.html: tables printed as text wrap mid-row at 390 px: {wrapped}"
+        if SCREENSHOTS:
+            out = Path(SCREENSHOTS)
+            out.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(out / f"{Path(entry).name}-390px.png"), full_page=True)
         assert scroll_width <= width + 1 and not culprits, \
             f"{entry}.html is {scroll_width} px wide on a {width} px phone: {culprits}"
     finally:
@@ -387,3 +433,202 @@ def test_bibliography_page_lists_references(site, open_page):
     assert "attention is all you need" in text.lower()
     assert not p.errors, p.errors
     assert not p.blocked, f"external requests: {p.blocked}"
+
+
+# ---- The book on any screen and for any reader ------------------------------------------------
+
+# Every page of the book: the intro, the chapters, the appendix and the instructors' part.
+PAGES = _toc_entries()
+AXE_IMPACTS = ("serious", "critical")
+
+
+def _axe(page) -> list[dict]:
+    """Run axe-core (vendored) on the page once it has settled (MathJax typeset, scripts run)."""
+    if page.locator("article .math").count():
+        _wait_for_math(page)
+    page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
+    return page.evaluate("""async () => {
+        const r = await axe.run(document, {resultTypes: ["violations"]});
+        return r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+            nodes: v.nodes.slice(0, 3).map(n => n.target.join(" ") + ": " + (n.failureSummary || "").split("\\n").slice(1, 2).join(""))}));
+    }""")
+
+
+@pytest.mark.parametrize("viewport", [LAPTOP, PHONE], ids=["1280px", "390px"])
+@pytest.mark.parametrize("entry", PAGES, ids=[Path(e).name for e in PAGES])
+def test_axe_finds_no_serious_or_critical_violation(site, open_page, entry, viewport):
+    """axe-core's WCAG 2.x A/AA rules and best practices: nothing serious or critical (contrast,
+    names of buttons and links, ARIA roles, keyboard access to scrolling boxes...)."""
+    assert AXE.exists(), f"axe-core is missing: {AXE} (see tests/vendor/axe-core/SOURCE.txt)"
+    p = open_page(f"{site}/{entry}.html", viewport)
+    violations = [v for v in _axe(p.page) if v["impact"] in AXE_IMPACTS]
+    report = [f"{v['impact']} {v['id']} ({v['help']}): {v['nodes']}" for v in violations]
+    assert not report, f"{entry}.html at {viewport['width']} px:\n  " + "\n  ".join(report)
+    assert not p.blocked, f"external requests: {p.blocked}"
+
+
+def _visible(page, selector: str):
+    loc = page.locator(selector)
+    for i in range(loc.count()):
+        if loc.nth(i).is_visible():
+            return loc.nth(i)
+    raise AssertionError(f"no visible {selector}")
+
+
+@pytest.mark.parametrize("width", [390, 800])
+def test_menu_and_contents_buttons_work_on_phones_and_tablets(site, open_page, width):
+    """Below 992 px the menu button opens the site navigation and the "Contents" button the page's
+    contents, each in a dialog that Escape closes (pydata-sphinx-theme 0.17's are dead: #2451)."""
+    entry = CHAPTERS[4]
+    p = open_page(f"{site}/{entry}.html", {"width": width, "height": 844})
+    page = p.page
+    assert not page.locator("#pst-primary-sidebar nav.bd-links").first.is_visible()
+
+    menu = _visible(page, ".primary-toggle")
+    menu.click()
+    dialog = page.locator("#pst-primary-sidebar-modal")
+    assert dialog.evaluate("d => d.open"), "the menu button did not open the navigation"
+    chapter_links = dialog.locator("nav.bd-links a.reference.internal")
+    assert chapter_links.count() >= len(CHAPTERS)
+    assert chapter_links.nth(1).is_visible()
+    page.keyboard.press("Escape")
+    assert not dialog.evaluate("d => d.open")
+    assert page.evaluate("document.activeElement.classList.contains('primary-toggle')"), \
+        "focus did not return to the menu button"
+    # The navigation went back to its sidebar: the menu opens again, and its links lead somewhere.
+    _visible(page, ".primary-toggle").click()
+    assert dialog.evaluate("d => d.open")
+    target = dialog.locator("nav.bd-links a.reference.internal", has_text=re.compile(r"^1\.\s")).first
+    target.click()
+    page.wait_for_url(re.compile(rf".*/{CHAPTERS[0]}\.html$"), timeout=10_000)
+
+    page.goto(f"{site}/{entry}.html", wait_until="load")
+    _visible(page, ".secondary-toggle").click()
+    contents = page.locator("#pst-secondary-sidebar-modal")
+    assert contents.evaluate("d => d.open"), "the Contents button did not open the page's contents"
+    toc = contents.locator("nav.page-toc a.nav-link")
+    assert toc.count() >= 5 and toc.first.is_visible()
+    page.keyboard.press("Escape")
+    assert not contents.evaluate("d => d.open")
+    assert not p.errors, p.errors
+
+
+def test_sidebar_toggle_hides_and_shows_the_sidebar_on_a_laptop(site, open_page):
+    p = open_page(f"{site}/{CHAPTERS[0]}.html")
+    page = p.page
+    nav = page.locator("#pst-primary-sidebar")
+    assert nav.is_visible()
+    toggle = _visible(page, ".primary-toggle")
+    toggle.click()
+    page.wait_for_timeout(400)  # the theme's slide-out transition
+    assert not nav.is_visible(), "the sidebar toggle did not hide the sidebar"
+    assert toggle.get_attribute("aria-expanded") == "false"
+    assert not page.locator("#pst-primary-sidebar-modal").evaluate("d => d.open")
+    toggle.click()
+    page.wait_for_timeout(400)
+    assert nav.is_visible() and toggle.get_attribute("aria-expanded") == "true"
+    assert not p.errors, p.errors
+
+
+def test_plots_open_at_full_size_on_a_phone(site, open_page):
+    """A plot shrunk to a phone's width opens at its full size in a dialog (its Enlarge button or
+    a tap on it), with the same alt text; Close returns to the page."""
+    p = open_page(f"{site}/{CHAPTERS[8]}.html", PHONE)
+    page = p.page
+    plot = page.locator("article .cell_output img.fl-zoomable").first
+    plot.scroll_into_view_if_needed()
+    shown_width = plot.bounding_box()["width"]
+    plot.locator("xpath=following-sibling::button[contains(@class, 'fl-enlarge')]").click()
+    zoom = page.locator("dialog.fl-zoom")
+    assert zoom.evaluate("d => d.open")
+    big = zoom.locator("img")
+    assert big.get_attribute("alt") == plot.get_attribute("alt")
+    assert big.bounding_box()["width"] > shown_width * 1.3, "the enlarged plot is not larger"
+    zoom.locator("button.fl-zoom-close").click()
+    assert not zoom.evaluate("d => d.open")
+    plot.click()  # a tap on the image does the same
+    assert zoom.evaluate("d => d.open")
+    page.keyboard.press("Escape")
+    assert not zoom.evaluate("d => d.open")
+    assert not p.errors, p.errors
+
+
+def test_wide_boxes_say_they_scroll_and_take_the_keyboard(site, open_page):
+    """At 390 px a diagram keeps 600 px and scrolls inside its box: the box shows a 'scroll' hint
+    and a shadow on the side with more, is focusable with a name, and the arrow keys scroll it."""
+    entry = next(e for e in CHAPTERS if _diagrams(e))
+    p = open_page(f"{site}/{entry}.html", PHONE)
+    page = p.page
+    box = page.locator("article .fl-scroll > figure").first
+    assert box.count(), "no diagram scrolls in a box marked as scrolling"
+    wrap = box.locator("xpath=..")
+    box.scroll_into_view_if_needed()
+    assert "fl-more-right" in wrap.get_attribute("class")
+    assert wrap.locator(".fl-scroll-hint").is_visible()
+    assert box.get_attribute("tabindex") == "0" and "scrolls sideways" in box.get_attribute("aria-label")
+    box.focus()
+    for _ in range(20):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_timeout(300)
+    assert box.evaluate("b => b.scrollLeft") > 0, "the arrow keys did not scroll the box"
+    box.evaluate("b => { b.scrollLeft = b.scrollWidth; b.dispatchEvent(new Event('scroll')); }")
+    page.wait_for_timeout(100)
+    classes = wrap.get_attribute("class")
+    assert "fl-more-left" in classes and "fl-more-right" not in classes
+    assert not p.errors, p.errors
+
+
+def test_print_wraps_code_and_leaves_solutions_out(site, open_page):
+    """In print, no code line is cut at the right edge, solution bodies are left out (their
+    titles say so) and an interactive figure is its default frame without its controls."""
+    for entry in [CHAPTERS[3], CHAPTERS[9]]:
+        p = open_page(f"{site}/{entry}.html")
+        page = p.page
+        explorers = page.locator("article .fl-explorer")
+        if explorers.count():  # move a control: print must still show the default frame
+            control = explorers.first.locator("[data-position]").first
+            control.evaluate("c => { c.value = c.tagName === 'SELECT' ? '1' : c.max; "
+                             "c.dispatchEvent(new Event('input', {bubbles: true})); }")
+        page.emulate_media(media="print")
+        page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
+        cut = page.eval_on_selector_all("article pre", """els => els.filter(e =>
+            e.scrollWidth > e.clientWidth + 1).map(e => e.textContent.trim().slice(0, 60))""")
+        assert not cut, f"{entry}: code cut at the right edge in print: {cut[:3]}"
+        solutions = page.locator("article div.solution")
+        assert solutions.count() >= 3
+        for i in range(solutions.count()):
+            body = solutions.nth(i).locator(":scope > :not(.admonition-title)")
+            assert not any(body.nth(j).is_visible() for j in range(body.count())), \
+                f"{entry}: solution {i + 1} is printed"
+        note = solutions.first.locator(".admonition-title .fl-print-only")
+        assert note.is_visible() and "left out of the printout" in note.inner_text()
+        for i in range(explorers.count()):
+            root = explorers.nth(i)
+            assert not root.locator(".fl-controls").is_visible()
+            img = root.locator("img").first
+            assert img.is_visible()
+            assert img.get_attribute("src") == img.get_attribute("data-fl-default"), \
+                f"{entry}: interactive figure {i + 1} does not print its default frame"
+        page.evaluate("window.dispatchEvent(new Event('afterprint'))")
+        page.emulate_media(media="screen")
+        assert not note.is_visible(), "the print-only note shows on screen"
+        assert page.pdf()[:4] == b"%PDF"
+
+
+def test_icons_are_a_small_inline_set_and_the_favicon_loads(site, open_page):
+    """The theme's 1.5 MB fontawesome.js is an empty stub; every icon is an inline SVG hidden from
+    screen readers; the favicon is served (no 404)."""
+    stub = HTML / "_static" / "scripts" / "fontawesome.js"
+    assert stub.stat().st_size < 1_000, f"{stub} is {stub.stat().st_size:,} bytes"
+    p = open_page(f"{site}/{CHAPTERS[0]}.html")
+    page = p.page
+    left = page.eval_on_selector_all("i[class*='fa-'], span[class*='fa-']", "els => els.map(e => e.className)")
+    assert not left, f"icons not drawn: {left}"
+    icons = page.eval_on_selector_all("svg.fl-icon", """els => els.map(e =>
+        [e.getAttribute('aria-hidden'), e.getBoundingClientRect().width > 0 || e.closest('[hidden], .d-none, dialog') !== null])""")
+    assert len(icons) >= 8 and all(h == "true" for h, _ in icons)
+    assert any(w for _, w in icons)
+    favicon = page.locator("link[rel~='icon']").first.get_attribute("href")
+    status = page.evaluate("async h => (await fetch(h)).status", favicon)
+    assert status == 200, f"favicon {favicon}: HTTP {status}"
+    assert not p.errors, p.errors

@@ -124,9 +124,11 @@ def student_edition(out_dir: Path, root: Path = Path("."), repository: Optional[
             written.append(dst)
         else:
             dst.write_text(_unlink(src.read_text(encoding="utf-8"), removed), encoding="utf-8")
-    # what the pages need besides the notebooks: bibliography, diagrams, CSS, the book's own
-    # MathJax, and the stored benchmark results that the appendix (book/records) reads
-    for extra in ("book/references.bib", "book/images", "_static", "_vendor", "benchmarks/results"):
+    # what the pages need besides the notebooks: bibliography, diagrams, CSS and scripts, the
+    # theme templates the book overrides, the book's own MathJax, and the stored benchmark results
+    # that the appendix (book/records) reads
+    for extra in ("book/references.bib", "book/images", "_static", "_templates", "_vendor",
+                  "benchmarks/results"):
         src = root / extra
         if src.is_dir():
             shutil.copytree(src, out_dir / extra, dirs_exist_ok=True)

@@ -1,0 +1,271 @@
+/* FundamentaLLM: the book on any screen and for any reader. Jupyter Book adds every .js file of
+   _static/ to every page (in <head>, so each part waits for the DOM). tests/test_browser.py checks
+   each behaviour in Chromium at 390 and 1280 px.
+
+   1. Sidebar buttons. pydata-sphinx-theme 0.17.1 (the version sphinx-book-theme 1.3 pins) binds
+      its menu and "Contents" buttons with document.querySelector, which finds a hidden copy of each
+      button, so the visible ones do nothing below 992 px, and sphinx-book-theme's desktop sidebar
+      toggle is bound to the same hidden copy (pydata-sphinx-theme issue #2451). One listener on the
+      document, in the capture phase, now handles every copy: on a wide screen the menu button
+      hides or shows the sidebar; otherwise the button opens the sidebar in the theme's dialog.
+   2. Sideways scrolling. A box that scrolls sideways (a diagram or an interactive figure on a phone,
+      a wide table, a long code line) shows a shadow and an arrow on the side where there is more,
+      and can be scrolled from the keyboard (it is focusable, with a name).
+   3. Enlarging. Every plot and diagram has an "Enlarge" button (tapping the image does the same):
+      the figure opens at full size in a dialog that scrolls both ways; Escape or "Close" closes it.
+   4. Print. Interactive figures print their default frame (see fundamentallm.css for the rest).
+   5. Tables printed as text keep each row on one line on a phone and scroll sideways instead. */
+(function () {
+  "use strict";
+  const onReady = (fn) => {
+    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", fn);
+    else fn();
+  };
+
+  /* 1. Sidebar buttons ------------------------------------------------------------------------ */
+  const WIDE = "(min-width: 992px)";
+
+  function moveInto(from, to) {
+    Array.from(from.childNodes).forEach((node) => to.appendChild(node));
+    Array.from(from.classList).forEach((name) => {
+      from.classList.remove(name);
+      to.classList.add(name);
+    });
+  }
+
+  function openInDialog(sidebar, dialog, button) {
+    if (dialog.open) return;
+    moveInto(sidebar, dialog);
+    dialog.setAttribute("aria-label", button.classList.contains("primary-toggle")
+      ? "Site navigation" : "Contents of this page");
+    dialog.addEventListener("close", () => {
+      moveInto(dialog, sidebar);
+      button.focus();
+    }, { once: true });
+    dialog.showModal();
+  }
+
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest && event.target.closest(".primary-toggle, .secondary-toggle");
+    if (!button) return;
+    const primary = button.classList.contains("primary-toggle");
+    const sidebar = document.getElementById(primary ? "pst-primary-sidebar" : "pst-secondary-sidebar");
+    const dialog = document.getElementById(primary ? "pst-primary-sidebar-modal" : "pst-secondary-sidebar-modal");
+    if (!sidebar || !dialog) return; // a page without that sidebar: leave it to the theme
+    // The theme's own listeners (bound to one copy of the button) must not run as well.
+    event.preventDefault();
+    event.stopPropagation();
+    if (primary && window.matchMedia(WIDE).matches) {
+      const hidden = sidebar.classList.toggle("pst-sidebar-hidden");
+      document.querySelectorAll(".primary-toggle").forEach((b) => b.setAttribute("aria-expanded", String(!hidden)));
+      return;
+    }
+    openInDialog(sidebar, dialog, button);
+  }, true);
+
+  // A click on the dialog's backdrop (outside its box) closes it.
+  document.addEventListener("click", (event) => {
+    const dialog = event.target;
+    if (!(dialog instanceof HTMLDialogElement) || !dialog.open) return;
+    if (!/sidebar-modal$/.test(dialog.id) && !dialog.classList.contains("fl-zoom")) return;
+    const r = dialog.getBoundingClientRect();
+    const inside = event.clientX >= r.left && event.clientX <= r.right && event.clientY >= r.top && event.clientY <= r.bottom;
+    if (!inside || dialog.classList.contains("fl-zoom")) dialog.close();
+  });
+
+  onReady(() => {
+    document.querySelectorAll(".primary-toggle").forEach((b) => {
+      if (!b.hasAttribute("aria-label")) b.setAttribute("aria-label", "Site navigation");
+      b.setAttribute("aria-expanded", String(window.matchMedia(WIDE).matches));
+    });
+    document.querySelectorAll(".secondary-toggle").forEach((b) => {
+      if (!b.hasAttribute("aria-label")) b.setAttribute("aria-label", "Contents of this page");
+      b.setAttribute("aria-haspopup", "dialog");
+    });
+  });
+
+  /* 2. Boxes that scroll sideways -------------------------------------------------------------- */
+  const SCROLLERS = [
+    ".bd-article figure",
+    ".bd-article .fl-explorer",
+    ".bd-article .cell_output .output > div",
+    ".bd-article .pst-scrollable-table-container",
+    ".bd-article .table-wrapper",
+    ".bd-article div.highlight > pre",
+  ].join(",");
+
+  const usedLabels = new Map();
+
+  function unique(label) {  // landmarks need distinct names
+    const n = (usedLabels.get(label) || 0) + 1;
+    usedLabels.set(label, n);
+    return n === 1 ? label : `${label} (${n})`;
+  }
+
+  function describe(box) {
+    if (box.matches("pre")) {
+      const first = box.textContent.split("\n").find((line) => line.trim()) || "";
+      return "Code: " + first.trim().slice(0, 40);
+    }
+    const img = box.querySelector("img");
+    if (box.querySelector("table")) return "Table";
+    if (box.classList.contains("fl-explorer")) {
+      const title = box.querySelector(".fl-title");
+      return "Interactive figure" + (title ? ": " + title.textContent.trim() : "");
+    }
+    const caption = box.querySelector("figcaption");
+    if (caption) return "Figure: " + caption.textContent.trim().split(/(?<=\.)\s/)[0];
+    if (img && img.alt) return "Figure: " + img.alt.split(/(?<=\.)\s/)[0];
+    return "Wide content";
+  }
+
+  function updateScroller(box) {
+    const overflow = box.scrollWidth - box.clientWidth > 2;
+    const wrap = box.parentElement && box.parentElement.classList.contains("fl-scroll") ? box.parentElement : null;
+    if (!overflow) {
+      if (wrap) wrap.classList.remove("fl-more-left", "fl-more-right");
+      if (box.dataset.flScroll === "1") {
+        box.removeAttribute("tabindex");
+        box.removeAttribute("role");
+        box.removeAttribute("aria-label");
+        delete box.dataset.flScroll;
+      }
+      return;
+    }
+    let w = wrap;
+    if (!w) {
+      w = document.createElement("div");
+      w.className = "fl-scroll";
+      box.parentNode.insertBefore(w, box);
+      w.appendChild(box);
+      const hint = document.createElement("span");
+      hint.className = "fl-scroll-hint";
+      hint.setAttribute("aria-hidden", "true");
+      hint.textContent = "scroll \u2192";
+      w.appendChild(hint);
+      box.addEventListener("scroll", () => updateScroller(box), { passive: true });
+    }
+    // Focusable even when it holds a button or a slider: the arrow keys scroll only a focused box.
+    if (!box.hasAttribute("tabindex")) {
+      box.setAttribute("tabindex", "0");
+      box.dataset.flScroll = "1";
+    }
+    if (box.dataset.flScroll === "1") {
+      // A named region (a <figure> keeps its own role, which allows the name too).
+      if (!box.matches("figure")) box.setAttribute("role", "region");
+      if (!box.hasAttribute("aria-label")) box.setAttribute("aria-label", unique(describe(box) + ", scrolls sideways"));
+    }
+    w.classList.toggle("fl-more-left", box.scrollLeft > 2);
+    w.classList.toggle("fl-more-right", box.scrollLeft + box.clientWidth < box.scrollWidth - 2);
+  }
+
+  function updateAllScrollers() {
+    const boxes = new Set([...document.querySelectorAll(SCROLLERS), ...document.querySelectorAll(".fl-scroll > :first-child")]);
+    boxes.forEach((box) => {
+      const style = getComputedStyle(box);
+      if (style.overflowX === "auto" || style.overflowX === "scroll") updateScroller(box);
+    });
+  }
+
+  /* 3. Enlarging plots and diagrams ------------------------------------------------------------ */
+  let zoom = null;
+
+  function zoomDialog() {
+    if (zoom) return zoom;
+    zoom = document.createElement("dialog");
+    zoom.className = "fl-zoom";
+    zoom.setAttribute("aria-label", "Enlarged figure");
+    zoom.innerHTML = '<button type="button" class="fl-zoom-close">Close</button><div class="fl-zoom-body"><img alt=""></div>';
+    zoom.querySelector(".fl-zoom-close").addEventListener("click", () => zoom.close());
+    document.body.appendChild(zoom);
+    return zoom;
+  }
+
+  function enlarge(img, opener) {
+    const dialog = zoomDialog();
+    const big = dialog.querySelector("img");
+    big.src = img.currentSrc || img.src;
+    big.alt = img.alt;
+    // At least as wide as the screen; a diagram (SVG) at least 1.5 times its width on the page.
+    const svg = /\.svg($|\?)/.test(big.src);
+    const width = Math.max(img.naturalWidth || 0, svg ? img.clientWidth * 1.5 : 0, 320);
+    big.style.width = Math.round(width) + "px";
+    dialog.addEventListener("close", () => opener.focus(), { once: true });
+    dialog.showModal();
+    dialog.querySelector(".fl-zoom-close").focus();
+  }
+
+  function addEnlargeButtons() {
+    const images = document.querySelectorAll(".bd-article .cell_output img, .bd-article figure img");
+    images.forEach((img) => {
+      if (img.dataset.flZoom || img.closest("a")) return;
+      img.dataset.flZoom = "1";
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "fl-enlarge";
+      button.textContent = "Enlarge";
+      button.setAttribute("aria-label", "Enlarge the figure");
+      button.addEventListener("click", () => enlarge(img, button));
+      img.addEventListener("click", () => enlarge(img, button));
+      img.classList.add("fl-zoomable");
+      const holder = document.createElement("span");
+      holder.className = "fl-zoom-holder";
+      img.parentNode.insertBefore(holder, img);
+      holder.appendChild(img);
+      holder.appendChild(button);
+    });
+  }
+
+  /* 4. Print: interactive figures print their first (default) frame ----------------------------- */
+  function rememberDefaultFrames() {
+    document.querySelectorAll(".fl-explorer img").forEach((img) => {
+      if (!img.dataset.flDefault) img.dataset.flDefault = img.getAttribute("src");
+    });
+  }
+  window.addEventListener("beforeprint", () => {
+    document.querySelectorAll(".fl-explorer img[data-fl-default]").forEach((img) => {
+      img.dataset.flShown = img.getAttribute("src");
+      img.setAttribute("src", img.dataset.flDefault);
+    });
+  });
+  window.addEventListener("afterprint", () => {
+    document.querySelectorAll(".fl-explorer img[data-fl-shown]").forEach((img) => {
+      img.setAttribute("src", img.dataset.flShown);
+      delete img.dataset.flShown;
+    });
+  });
+
+  /* 5. Tables printed as text keep their rows (see fundamentallm.css) ------------------------- */
+  function markTextTables() {
+    document.querySelectorAll(".bd-article .cell_output .output.stream pre").forEach((pre) => {
+      const lines = pre.textContent.split("\n").filter((line) => line.trim());
+      const aligned = lines.filter((line) => /\S {2,}\S/.test(line.trim())).length;
+      if (lines.length >= 3 && aligned >= Math.max(2, lines.length / 2)) pre.classList.add("fl-text-table");
+    });
+  }
+
+  // A solution's title says, in print only, that its body is left out (fundamentallm.css).
+  function markSolutionsForPrint() {
+    document.querySelectorAll(".bd-article div.solution > .admonition-title").forEach((title) => {
+      if (title.querySelector(".fl-print-only")) return;
+      const note = document.createElement("span");
+      note.className = "fl-print-only";
+      note.textContent = " \u2014 left out of the printout: read it in the online book";
+      title.appendChild(note);
+    });
+  }
+
+  onReady(() => {
+    markSolutionsForPrint();
+    markTextTables();
+    rememberDefaultFrames();
+    addEnlargeButtons();
+    updateAllScrollers();
+    window.addEventListener("load", updateAllScrollers);
+    let pending = null;
+    window.addEventListener("resize", () => {
+      clearTimeout(pending);
+      pending = setTimeout(updateAllScrollers, 150);
+    });
+  });
+})();

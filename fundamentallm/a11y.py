@@ -1,0 +1,426 @@
+"""Plots that say what they show, to a screen reader as well as to the eye.
+
+Two halves, joined by the PNG file itself:
+
+* In a notebook kernel, :func:`install_figure_alt` (run when ``fundamentallm`` is imported inside
+  IPython) wraps the inline backend's PNG printer: every matplotlib figure a cell displays carries a
+  text description of itself in its PNG, an ``iTXt`` chunk named ``Description``.
+  :func:`describe_figure` writes it from the figure: its title, and for each panel the kind of plot,
+  the panel's title, what is plotted against what (axis labels, log scales, ranges), the legend and
+  category labels, the colour bar's label. A figure can carry a description written by hand with
+  :func:`set_alt_text`; it comes first, before the derived one.
+* In the book build this module is also a Sphinx extension (``fundamentallm.a11y`` in
+  ``_config.yml``): it reads the description back as the ``alt`` text of each notebook plot (myst-nb
+  otherwise writes the file's hash), and makes a few fixes to the theme's HTML that axe-core asks
+  for (see :func:`setup`).
+
+The PNG's pixels are unchanged, and the same figure always gives the same description (no
+timestamps), so a rebuild writes the same files.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import struct
+import sys
+import zlib
+from pathlib import Path
+from typing import Any, Optional
+
+KEYWORD = "Description"
+MAX_PANELS = 6  # panels described one by one; the rest are counted
+MAX_LABELS = 12  # category labels (tokens, names) listed per axis
+
+
+# ---------------------------------------------------------------------------------------------
+# Describing a figure
+
+
+def set_alt_text(fig, text: str):
+    """Give ``fig`` a description written by hand (what the figure shows and what to notice); the
+    derived description (titles, axes, legend) follows it in the alt text. Returns ``fig``."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"text must be a non-empty string describing the figure, got {text!r}")
+    fig._fl_alt_text = " ".join(text.split())
+    return fig
+
+
+def _num(v: float) -> str:
+    """3 significant digits, without an exponent between 0.001 and 100,000 (1150, not 1.15e3)."""
+    if v == 0:
+        return "0"
+    if 1e-3 <= abs(v) < 1e5:
+        text = f"{v:.3g}"
+        return f"{round(v):d}" if "e" in text else text
+    return f"{v:.3g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+
+
+def _range(ax, which: str) -> tuple[float, float]:
+    """The data's range along an axis (without the axes' margins), or the axis limits."""
+    import numpy as np
+
+    lo, hi = (ax.dataLim.intervalx if which == "x" else ax.dataLim.intervaly)
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo > hi:
+        lo, hi = sorted(getattr(ax, f"get_{which}lim")())
+    return float(lo), float(hi)
+
+
+def _clean(text: str) -> str:
+    """Matplotlib mathtext ($\\alpha$, $\\times$) to readable text, whitespace collapsed."""
+    text = re.sub(r"\$([^$]*)\$", lambda m: re.sub(r"\\(mathrm|mathdefault|text|mathbf|mathit)\{([^}]*)\}", r"\2",
+                                                    m.group(1)), text)
+    text = re.sub(r"\\sqrt\{([^}]*)\}", r"sqrt(\1)", text)
+    text = re.sub(r"\\frac\{([^}]*)\}\{([^}]*)\}", r"(\1)/(\2)", text)
+    text = re.sub(r"\\([A-Za-z]+)", r"\1", text).replace("{", "").replace("}", "")
+    return " ".join(text.split())
+
+
+def _tick_labels(axis) -> list[str]:
+    """The text of an axis's tick labels when they name categories (tokens, heads, recipes)
+    rather than numbers; [] for a numeric axis."""
+    labels = [_clean(t.get_text()) for t in axis.get_ticklabels()]
+    labels = [t for t in labels if t]
+    if not labels:
+        return []
+    numeric = re.compile(r"^[\u2212+-]?[\d.,]+(e[\u2212+-]?\d+)?%?$|^10\^?[\u2212+-]?\d+$")
+    if all(numeric.match(t.replace(" ", "")) for t in labels):
+        return []
+    return labels
+
+
+def _list(items: list[str], limit: int = MAX_LABELS) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _axis_phrase(ax, which: str) -> str:
+    """An axis's label (and log scale), or '' when it has no label."""
+    label = _clean(getattr(ax, f"get_{which}label")())
+    if label and getattr(ax, f"get_{which}scale")() == "log":
+        label += " (log scale)"
+    return label
+
+
+def _describe_axes(ax, colorbars: dict) -> str:
+    from matplotlib.collections import PathCollection, PolyCollection
+    from matplotlib.container import BarContainer
+
+    parts = []
+    lines = [ln for ln in ax.get_lines() if ln.get_visible() and len(ln.get_xdata()) > 1]
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
+    fills = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    kinds = []
+    if ax.images:
+        kinds.append("heatmap")
+    if bars:
+        horizontal = bars[0].orientation == "horizontal" if hasattr(bars[0], "orientation") else False
+        kinds.append("horizontal bar chart" if horizontal else "bar chart")
+    if lines:
+        kinds.append("line plot" if len(lines) == 1 else f"line plot with {len(lines)} lines")
+    if scatters:
+        kinds.append("scatter plot")
+    if fills and not kinds:
+        kinds.append("filled plot")
+    if not kinds:
+        texts = [_clean(t.get_text()) for t in ax.texts if t.get_text().strip()]
+        if texts:
+            return "text: " + _list(texts, 8)
+        return ""
+    x, y = _axis_phrase(ax, "x"), _axis_phrase(ax, "y")
+    kind = " and ".join(kinds)
+    if ax.images:
+        parts.append(f"{kind}" + (f", {y or 'rows'} (rows) by {x or 'columns'} (columns)" if x or y else ""))
+    else:
+        parts.append(f"{kind} of {y or 'values'}" + (f" against {x}" if x else ""))
+    if ax.images:
+        x, y = x or "columns", y or "rows"
+    x = x or ("x" if ax.get_xscale() != "log" else "x (log scale)")
+    y = y or ("y" if ax.get_yscale() != "log" else "y (log scale)")
+    xcats, ycats = _tick_labels(ax.xaxis), _tick_labels(ax.yaxis)
+    if xcats and xcats == ycats:
+        parts.append(f"{y} and {x}: {_list(xcats)}")
+    else:
+        if xcats:
+            parts.append(f"{x}: {_list(xcats)}")
+        if ycats:
+            parts.append(f"{y}: {_list(ycats)}")
+    if not ax.images:
+        if not xcats:
+            lo, hi = _range(ax, "x")
+            parts.append(f"{x} from {_num(lo)} to {_num(hi)}")
+        if not ycats:
+            lo, hi = _range(ax, "y")
+            parts.append(f"{y} from {_num(lo)} to {_num(hi)}")
+    legend = ax.get_legend()
+    if legend is not None:
+        names = [_clean(t.get_text()) for t in legend.get_texts() if t.get_text().strip()]
+        if names:
+            parts.append("legend: " + _list(names, 8))
+    for image in ax.images:
+        bar = colorbars.get(id(image))
+        if bar is not None:
+            lo, hi = bar.mappable.get_clim()
+            label = _clean(bar.ax.get_ylabel() or bar.ax.get_xlabel())
+            parts.append(f"colour scale{' ' + label if label else ''} from {_num(lo)} to {_num(hi)}")
+            break
+    notes = [_clean(t.get_text()) for t in ax.texts if t.get_text().strip()]
+    if notes and len(notes) <= 6:
+        parts.append("notes: " + "; ".join(notes))
+    elif notes and ax.images:
+        parts.append("each cell labelled with its value")
+    return "; ".join(parts)
+
+
+def describe_figure(fig) -> str:
+    """A text description of a matplotlib figure, for alt text: the hand-written one
+    (:func:`set_alt_text`) if any, then the figure's title and each panel's kind, title, axes,
+    ranges, legend and colour scale."""
+    colorbars = {}
+    panels = []
+    for ax in fig.axes:
+        bar = getattr(ax, "_colorbar", None)
+        if bar is not None:
+            colorbars[id(bar.mappable)] = bar
+        else:
+            panels.append(ax)
+    described = []
+    for ax in panels:
+        text = _describe_axes(ax, colorbars)
+        if not text and not ax.get_title():
+            continue
+        title = _clean(ax.get_title() or ax.get_title("left") or ax.get_title("right"))
+        described.append(f"{title}: {text}" if title and text else title or text)
+    head = []
+    manual = getattr(fig, "_fl_alt_text", None)
+    if manual:
+        head.append(manual.rstrip(".") + ".")
+    suptitle = getattr(fig, "_suptitle", None)
+    if suptitle is not None and suptitle.get_text().strip():
+        head.append(f"Figure titled “{_clean(suptitle.get_text())}”.")
+    if not described:
+        return " ".join(head) or "A figure with no plotted data."
+    if len(described) == 1:
+        body = described[0][0].upper() + described[0][1:] + "."
+    else:
+        shown = described[:MAX_PANELS]
+        body = f"{len(described)} panels. " + " ".join(
+            f"Panel {i + 1}, {d}." for i, d in enumerate(shown))
+        if len(described) > MAX_PANELS:
+            body += f" And {len(described) - MAX_PANELS} more panels like these."
+    return " ".join(head + [body])
+
+
+# ---------------------------------------------------------------------------------------------
+# The description inside the PNG (an iTXt chunk: UTF-8 text)
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def png_with_description(png: bytes, text: str) -> bytes:
+    """``png`` with an ``iTXt`` chunk ``Description: text`` inserted before its end (any earlier
+    Description chunk is replaced); the image data is untouched."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("png must be the bytes of a PNG file")
+    chunks, pos = [], 8
+    while pos < len(png):
+        (length,) = struct.unpack(">I", png[pos:pos + 4])
+        kind = png[pos + 4:pos + 8]
+        end = pos + 12 + length
+        data = png[pos + 8:pos + 8 + length]
+        if not (kind in (b"tEXt", b"iTXt") and data.split(b"\0", 1)[0] == KEYWORD.encode()):
+            chunks.append((kind, png[pos:end]))
+        pos = end
+    itxt = _chunk(b"iTXt", KEYWORD.encode() + b"\0\0\0\0\0" + text.encode("utf-8"))
+    out = [png[:8]]
+    for kind, raw in chunks:
+        if kind == b"IEND":
+            out.append(itxt)
+        out.append(raw)
+    return b"".join(out)
+
+
+def png_description(png: bytes) -> Optional[str]:
+    """The ``Description`` text stored in a PNG (``iTXt`` or ``tEXt``), or None."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    pos = 8
+    while pos + 8 <= len(png):
+        (length,) = struct.unpack(">I", png[pos:pos + 4])
+        kind, data = png[pos + 4:pos + 8], png[pos + 8:pos + 8 + length]
+        if kind == b"tEXt" and data.split(b"\0", 1)[0] == KEYWORD.encode():
+            return data.split(b"\0", 1)[1].decode("latin-1")
+        if kind == b"iTXt" and data.split(b"\0", 1)[0] == KEYWORD.encode():
+            rest = data.split(b"\0", 1)[1]
+            compressed, rest = rest[0], rest[2:]
+            _language, _translated, text = rest.split(b"\0", 2)
+            return (zlib.decompress(text) if compressed else text).decode("utf-8")
+        if kind == b"IEND":
+            break
+        pos += 12 + length
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The notebook kernel: every displayed figure's PNG carries its description
+
+_installed = False
+
+
+def _wrap(printer):
+    """The inline backend's PNG printer, with the figure's description added to its output
+    (base64 text, bytes, or a ``(data, metadata)`` pair for retina figures)."""
+    if getattr(printer, "_fl_alt", False):
+        return printer
+
+    def printer_with_alt(fig, *args, **kwargs):
+        result = printer(fig, *args, **kwargs)
+        try:
+            text = describe_figure(fig)
+        except Exception:  # a description must never stop a figure from showing
+            return result
+        data, meta = result if isinstance(result, tuple) else (result, None)
+        if isinstance(data, str):
+            data = base64.b64encode(png_with_description(base64.b64decode(data), text)).decode("ascii")
+        elif isinstance(data, (bytes, bytearray)):
+            data = png_with_description(bytes(data), text)
+        else:
+            return result
+        return (data, meta) if meta is not None else data
+
+    printer_with_alt._fl_alt = True
+    return printer_with_alt
+
+
+def _ensure_wrapped(*_args: Any) -> None:
+    """Wrap the PNG printer of matplotlib figures, if matplotlib is loaded and not yet wrapped
+    (run before every cell: ``%matplotlib inline`` or a first ``import matplotlib.pyplot`` installs
+    a fresh printer)."""
+    figure = sys.modules.get("matplotlib.figure")
+    if figure is None:
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+    formatter = shell.display_formatter.formatters.get("image/png")
+    if formatter is None:
+        return
+    printer = formatter.type_printers.get(figure.Figure)
+    if printer is not None and not getattr(printer, "_fl_alt", False):
+        formatter.for_type(figure.Figure, _wrap(printer))
+
+
+def install_figure_alt() -> bool:
+    """In an IPython kernel, give every matplotlib figure a cell displays a text description
+    (:func:`describe_figure`) inside its PNG, for the book's alt text. Returns whether a kernel
+    was found. Safe to call more than once.
+
+    The inline backend registers its PNG printer lazily (when a cell first draws a figure) and
+    again on ``%matplotlib inline``: the PNG formatter's ``for_type`` is wrapped so that any printer
+    registered for matplotlib's ``Figure`` gets the description, and a printer already there is
+    wrapped now."""
+    global _installed
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return False
+    formatter = shell.display_formatter.formatters.get("image/png")
+    if formatter is None:
+        return False
+    if not _installed:
+        for_type = formatter.for_type
+
+        def for_type_with_alt(typ, func=None):
+            if (func is not None and getattr(typ, "__name__", "") == "Figure"
+                    and getattr(typ, "__module__", "") == "matplotlib.figure"):
+                func = _wrap(func)
+            return for_type(typ, func)
+
+        formatter.for_type = for_type_with_alt
+        shell.events.register("pre_run_cell", _ensure_wrapped)
+        _installed = True
+    _ensure_wrapped()
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The Sphinx extension
+
+
+def _image_alt(app, doctree) -> None:
+    """Each image without alt text (a notebook's plot) gets the description stored in its PNG,
+    or, lacking one, a line saying it is the plot drawn by the code above."""
+    from docutils import nodes
+
+    for node in doctree.findall(nodes.image):
+        if node.get("alt"):
+            continue
+        uri = node.get("uri", "")
+        candidates = node.get("candidates", {})
+        path = candidates.get("image/png") or (uri if uri.endswith(".png") else None)
+        text = None
+        if path:
+            _rel, absolute = app.env.relfn2path(path if path.startswith("/") else "/" + path, app.env.docname)
+            file = Path(absolute)
+            if not file.exists():
+                file = Path(app.env.relfn2path(uri, app.env.docname)[1])
+            if file.exists():
+                text = png_description(file.read_bytes())
+        node["alt"] = text or "Plot drawn by the code cell above (no description was recorded)."
+
+
+def _page_fixes(app, pagename, templatename, context, doctree) -> None:
+    """HTML fixes for axe-core. Docutils marks bibliography entries with the deprecated
+    ``doc-biblioentry`` role, which a ``role="list"`` may not contain (a critical
+    aria-required-children error): they become list items. A hidden code cell's summary ("Show
+    code cell source") is labelled "Toggle hidden content", a name without its visible text
+    (label-content-name-mismatch): the label goes, and the visible text names it."""
+    body = context.get("body")
+    if not isinstance(body, str):
+        return
+    body = body.replace('role="doc-biblioentry"', 'role="listitem"')
+    body = body.replace('<summary aria-label="Toggle hidden content">', "<summary>")
+    context["body"] = body
+
+
+STUB = ("/* FundamentaLLM: the theme's fontawesome.js (1.5 MB: all of Font Awesome) is replaced by the few "
+        "icons the book shows, as inline SVG: _static/fundamentallm-icons.js. */\n")
+
+
+def _small_icons(app, exception) -> None:
+    """Empty the theme's fontawesome.js in the built site: ``_static/fundamentallm-icons.js``
+    (on every page, like every script in ``_static/``) draws the icons instead."""
+    if exception is not None or app.builder.format != "html":
+        return
+    target = Path(app.outdir) / "_static" / "scripts" / "fontawesome.js"
+    if (Path(app.srcdir) / "_static" / "fundamentallm-icons.js").exists() and target.parent.is_dir():
+        target.write_text(STUB, encoding="utf-8")
+        for extra in ("fontawesome.js.map", "fontawesome.js.LICENSE.txt"):
+            (target.parent / extra).unlink(missing_ok=True)
+
+
+def _wide_diagrams(app, doctree) -> None:
+    """A figure showing a diagram (an SVG) is marked ``full-width``: on a wide screen it takes the
+    margin too (``_static/fundamentallm.css``), so its text is not shrunk below 12 px."""
+    from docutils import nodes
+
+    for figure in doctree.findall(nodes.figure):
+        if any(img.get("uri", "").endswith(".svg") for img in figure.findall(nodes.image)):
+            if "full-width" not in figure["classes"]:
+                figure["classes"].append("full-width")
+
+
+def setup(app):
+    app.connect("doctree-read", _image_alt, priority=600)  # after the image collector (500)
+    app.connect("doctree-read", _wide_diagrams)
+    app.connect("html-page-context", _page_fixes)
+    app.connect("build-finished", _small_icons)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,120 @@
+"""fundamentallm.a11y: figures described in words (the book's alt text), the description carried
+inside the PNG, and the kernel hook that adds it to every plot a notebook shows."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from fundamentallm.a11y import describe_figure, png_description, png_with_description, set_alt_text  # noqa: E402
+from fundamentallm.viz import plot_attention_heads  # noqa: E402
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=30)
+    return buffer.getvalue()
+
+
+def test_a_line_plot_is_described_by_its_titles_axes_ranges_and_legend():
+    fig, (loss, bars) = plt.subplots(1, 2)
+    loss.plot([0, 50, 100], [3.0, 2.0, 1.5], label="train")
+    loss.plot([0, 50, 100], [3.1, 2.2, 1.9], label="val")
+    loss.set(xlabel="step", ylabel="loss", title="Training")
+    loss.set_yscale("log")
+    loss.legend()
+    bars.bar(["pre-LN", "post-LN"], [1.0, 4.0])
+    bars.set_ylabel("gradient norm")
+    fig.suptitle("Two runs")
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    plt.close(fig)
+    assert text.startswith("Figure titled “Two runs”. 2 panels.")
+    assert "Panel 1, Training: line plot with 2 lines of loss (log scale) against step" in text
+    assert "legend: train, val" in text and "step from" in text
+    assert "Panel 2, bar chart of gradient norm; x: pre-LN, post-LN" in text
+    assert "10^" not in text  # log-scale tick labels are numbers, not categories
+
+
+def test_heatmaps_name_their_rows_columns_and_colour_scale():
+    fig = plot_attention_heads(np.full((2, 3, 3), 1 / 3), tokens=["the", "cat", "sat"], title="heads")
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    plt.close(fig)
+    assert "2 panels" in text and "Panel 1, head 0: heatmap, query (rows) by key (columns)" in text
+    assert "query and key: the, cat, sat" in text
+    assert "colour scale attention weight from 0 to 1" in text
+
+
+def test_a_hand_written_description_comes_first_and_must_be_text():
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [1, 2])
+    set_alt_text(fig, "The loss  falls.")
+    assert describe_figure(fig).startswith("The loss falls. Line plot")
+    with pytest.raises(ValueError, match="text must be a non-empty string"):
+        set_alt_text(fig, "  ")
+    plt.close(fig)
+
+
+def test_the_description_travels_inside_the_png_unchanged():
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [2, 1])
+    png = _png(fig)
+    plt.close(fig)
+    assert png_description(png) is None
+    text = "Attention α over “the cat” → 0.9"
+    tagged = png_with_description(png, text)
+    assert png_description(tagged) == text
+    again = png_with_description(tagged, "other")  # replaced, not added twice
+    assert png_description(again) == "other" and len(again) == len(png_with_description(png, "other"))
+    from PIL import Image
+
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(png))), np.asarray(Image.open(io.BytesIO(tagged))))
+    with pytest.raises(ValueError, match="png must be the bytes of a PNG"):
+        png_with_description(b"GIF89a", "x")
+
+
+def test_every_plot_a_notebook_shows_carries_its_description(tmp_path):
+    """In a kernel, importing fundamentallm wraps the inline backend's PNG printer, whichever
+    comes first: pyplot, the package, or the first figure."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nimport fundamentallm"),
+        nbformat.v4.new_code_cell("fig, ax = plt.subplots()\nax.plot([1, 2, 3], [3, 1, 2])\n"
+                                  "ax.set(xlabel='step', ylabel='loss', title='A run')\nplt.show()"),
+        nbformat.v4.new_code_cell("%config InlineBackend.figure_format = 'retina'\n"
+                                  "plt.figure(); plt.bar(['a', 'b'], [1, 2]); plt.title('Bars')"),
+    ]
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    found = []
+    for cell in nb.cells[1:]:
+        for out in cell.outputs:
+            if "image/png" in out.get("data", {}):
+                found.append(png_description(base64.b64decode(out["data"]["image/png"])))
+    assert found == ["A run: line plot of loss against step; step from 1 to 3; loss from 1 to 3.",
+                     "Bars: bar chart of values; x: a, b; y from 0 to 2."], found
+
+
+def test_diagram_text_is_large_enough_for_a_laptop():
+    """Every diagram's font sizes are at least 12 in a viewBox at most 900 wide: shown full-width
+    (about 935 px at 1280 px), its text is at least 12 px (tests/test_browser.py measures it)."""
+    import re
+    from pathlib import Path
+
+    images = sorted((Path(__file__).resolve().parents[1] / "book" / "images").glob("*.svg"))
+    assert images
+    for svg in images:
+        text = svg.read_text(encoding="utf-8")
+        width = float(re.search(r'viewBox="[\d.]+ [\d.]+ ([\d.]+) [\d.]+"', text).group(1))
+        sizes = [float(v) for v in re.findall(r"font-size=[\"']([\d.]+)", text)]
+        assert width <= 900, f"{svg.name}: viewBox {width} wide"
+        assert sizes and min(sizes) >= 12, f"{svg.name}: font-size {min(sizes)} < 12"
