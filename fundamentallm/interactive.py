@@ -297,7 +297,7 @@ class Explorer:
         self.draw_frame = draw_frame or draw  # the book's frames (a different draw if given)
         self.values = {name: c.value for name, c in self.controls.items()}
         self.last: Any = None
-        self.seconds = 0.0  # time of the last live recomputation (draw + PNG)
+        self.seconds = self.cpu_seconds = 0.0  # wall and CPU time of the last live redraw (draw + PNG)
         self._static: FrameExplorer | None = None
         self._widget = None
         self._quiet = False
@@ -325,7 +325,7 @@ class Explorer:
     def render(self) -> Any:
         """Call ``draw`` with the current values and show the result in the live face; returns
         it. Any error becomes a one-line message in place of the figure, never a traceback."""
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             out = self.draw(**self.values)
         except Exception as err:  # noqa: BLE001 -- a live control must not print a traceback
@@ -334,11 +334,12 @@ class Explorer:
         if not isinstance(out, str):
             import matplotlib.pyplot as plt
 
-            buffer = io.BytesIO()
-            out.savefig(buffer, format="png", dpi=self.dpi, bbox_inches="tight", facecolor="white")
+            buffer = io.BytesIO()  # no bbox_inches="tight": it draws the figure twice
+            out.savefig(buffer, format="png", dpi=self.dpi, facecolor="white")
             plt.close(out)
             png = buffer.getvalue()
         self.seconds = time.perf_counter() - start
+        self.cpu_seconds = time.process_time() - cpu  # the same, less what other processes took
         self.last = out
         if self._widget is not None:
             if png is None:
