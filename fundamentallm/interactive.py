@@ -137,6 +137,15 @@ class FrameExplorer:
     image.alt = alt + " (shown: " + shown.join(", ") + ")";
   }}
   controls.forEach(function (c) {{ c.addEventListener("input", update); }});
+  // print the default frame, whatever the reader moved to; back to it after printing
+  var first = [image.src, image.alt, image.dataset.frame], shown = null;
+  window.addEventListener("beforeprint", function () {{
+    shown = [image.src, image.alt, image.dataset.frame];
+    image.src = first[0]; image.alt = first[1]; image.dataset.frame = first[2];
+  }});
+  window.addEventListener("afterprint", function () {{
+    if (shown) {{ image.src = shown[0]; image.alt = shown[1]; image.dataset.frame = shown[2]; }}
+  }});
 }})();</script>"""
         # Shown where the script cannot run (a notebook opened untrusted in Jupyter, GitHub's
         # viewer): the controls would move without changing the picture, so say why.
@@ -438,3 +447,16 @@ class Explorer:
 
     def __repr__(self) -> str:
         return f"Explorer({list(self.controls)}, buttons {list(self.actions)})"
+
+
+def setup(app):
+    """Sphinx extension (listed in the book's ``_config.yml``): a page keeps an explorer's frames
+    and drops the widget state that the build's kernel recorded (a live widget's state, PNGs
+    included, that no page can use without a kernel: ``nb_mime_priority_overrides`` already drops
+    the widget views)."""
+    def drop_widget_state(app, doctree):
+        pages = getattr(app.env, "nb_metadata", {})
+        pages.get(app.env.docname, {}).get("js_files", {}).pop("ipywidgets_state", None)
+
+    app.connect("doctree-read", drop_widget_state)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

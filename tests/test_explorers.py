@@ -221,3 +221,35 @@ def test_the_explorer_models_are_untouched(make):
     assert model.training
     assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
     assert isinstance(fl.Transformer, type)
+
+
+def test_the_book_drops_widget_views_and_state():
+    """_config.yml drops the widget view from HTML pages (the frames show instead) and lists the
+    extension that drops the recorded widget state; the extension removes it from a page."""
+    from pathlib import Path
+
+    import yaml
+
+    from fundamentallm import interactive
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "_config.yml").read_text())["sphinx"]
+    assert ["html", "application/vnd.jupyter.widget-view+json", None] in \
+        config["config"]["nb_mime_priority_overrides"]
+    assert "fundamentallm.interactive" in config["config"]["extensions"]
+    assert config["config"]["nb_ipywidgets_js"] == {}  # no widget JavaScript from a CDN
+
+    class App:
+        def __init__(self):
+            self.env = type("Env", (), {})()
+            self.env.docname = "book/14_modern_decoder"
+            self.env.nb_metadata = {self.env.docname: {"js_files": {"ipywidgets_state": (None, {}),
+                                                                    "other": ("x.js", {})}}}
+
+        def connect(self, event, handler):
+            self.event, self.handler = event, handler
+
+    app = App()
+    assert interactive.setup(app)["parallel_read_safe"]
+    assert app.event == "doctree-read"
+    app.handler(app, None)
+    assert app.env.nb_metadata[app.env.docname]["js_files"] == {"other": ("x.js", {})}

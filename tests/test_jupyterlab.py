@@ -4,9 +4,9 @@
    drop-down: the picture changes each time (the kernel recomputed it).
 2. Open an executed chapter that is not trusted (as a notebook from disk is): the widget is not
    shown; the precomputed frames are, with the line that says how to bring them to life.
-3. The book's face of an explorer (its frames) in Chromium: every frame reachable by keyboard,
-   every control labelled and announcing the value shown (aria-valuetext), the image's alt naming
-   the frame.
+3. The book's face of an explorer (its frames) in Chromium: every frame reachable by keyboard
+   and mouse, every control labelled and announcing the value shown (aria-valuetext), the image's
+   alt naming the frame, and the default frame when the page is printed.
 
 Needs Debian's Chromium (``/usr/bin/chromium``), Python ``playwright`` (driving that executable;
 no browser download) and ``jupyterlab``; without them the tests are skipped, unless
@@ -264,4 +264,13 @@ def test_the_books_frames_are_reachable_by_keyboard_and_announced(browser):
     box = slider.bounding_box()
     page.mouse.click(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
     assert slider.get_attribute("aria-valuetext") == str(list(frames.controls.values())[1][-1])
+    # printing shows the default frame, and the reader's frame comes back afterwards
+    moved = image.get_attribute("src")
+    default = ",".join(map(str, frames.initial))
+    assert moved != frames.frames[default]
+    page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
+    assert image.get_attribute("src") == frames.frames[default]
+    assert image.get_attribute("alt") == frames.frame_alt(frames.initial)
+    page.evaluate("window.dispatchEvent(new Event('afterprint'))")
+    assert image.get_attribute("src") == moved
     page.close()
