@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-frames", action="store_true", help="skip timing the book's frames")
     args = parser.parse_args(argv)
     if args.repeats < 1:
-        parser.error(f"--repeats={args.repeats} must be >= 1")
+        parser.error(f"argument --repeats: {args.repeats} must be >= 1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import matplotlib
 

@@ -310,6 +310,7 @@ def tokenizer_explorer(bpe, sentence: str = "The tokenizer splits this sentence 
         learned = ", ".join(repr(tok.token_bytes(i).decode("utf-8", "replace")) for i in longest)
         ax.set_title(f"{len(ids)} tokens for {len(sentence.encode())} bytes with the first {merges_used} "
                      f"merges; longest learned tokens used: {learned or 'none'}", loc="left", fontsize=9)
+        fig.tight_layout()
         return fig
 
     n = len(merges)

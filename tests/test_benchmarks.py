@@ -95,6 +95,7 @@ def test_generation_benchmark_runs_at_the_tiny_size(tmp_path):
     ("train_budget.py", ["--steps", "1", "--set", "optimizer=sgd"], "optimizer='sgd' is not supported"),
     ("generation.py", ["--repeats", "0"], "argument --repeats"),
     ("generation.py", ["--new-tokens", "-3"], "argument --new-tokens"),
+    ("explorers.py", ["--repeats", "0"], "argument --repeats"),
 ])
 def test_benchmark_flags_are_validated(tmp_path, script, args, message):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
