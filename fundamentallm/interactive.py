@@ -411,6 +411,7 @@ class Explorer:
                 else:
                     box = w.Text(value=c.value, description=name, continuous_update=False, style=style,
                                  layout=w.Layout(width="28em"))
+                box.layout.margin = "0 1em 0.2em 0"
                 box.observe(self._on_change(name), names="value")
                 self.inputs[name] = box
             buttons = []
@@ -422,7 +423,7 @@ class Explorer:
             self._message, self._status = w.HTML(), w.HTML()
             title = [w.HTML(f"<strong>{html.escape(self.title)}</strong>")] if self.title else []
             row = w.Box(list(self.inputs.values()) + buttons,
-                        layout=w.Layout(display="flex", flex_flow="row wrap", gap="0.2em 1em"))
+                        layout=w.Layout(display="flex", flex_flow="row wrap", align_items="center"))
             self._widget = w.VBox(title + [row, self._message, self._image, self._status])
             self.render()
         return self._widget

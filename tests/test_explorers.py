@@ -253,3 +253,13 @@ def test_the_book_drops_widget_views_and_state():
     assert app.event == "doctree-read"
     app.handler(app, None)
     assert app.env.nb_metadata[app.env.docname]["js_files"] == {"other": ("x.js", {})}
+
+
+def test_widgets_are_built_without_unknown_arguments(make):
+    # ipywidgets warns (DeprecationWarning) about an argument it does not know, then ignores it
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for name in ("cache", "training"):
+            assert make[name]().widget is not None
