@@ -323,12 +323,10 @@ class Explorer:
         if self._static is None:
             self._static = frame_explorer(
                 {name: list(c.frames) for name, c in self.controls.items()}, self._draw_frame,
-                alt=self.alt, initial=self.values_of_frames(), title=self.title, dpi=self.dpi,
+                alt=self.alt, initial={name: c.value for name, c in self.controls.items()},
+                title=self.title, dpi=self.dpi,
                 note=BOOK_NOTE)
         return self._static
-
-    def values_of_frames(self) -> dict:
-        return {name: c.value for name, c in self.controls.items()}
 
     # the live face
     def render(self) -> Any:
