@@ -11,7 +11,8 @@
 Needs Debian's Chromium (``/usr/bin/chromium``), Python ``playwright`` (driving that executable;
 no browser download) and ``jupyterlab``; without them the tests are skipped, unless
 ``FUNDAMENTALLM_REQUIRE_BROWSER=1`` (as in ``.ci/run``). Nothing is fetched from the network:
-every request to another host is aborted.
+every request to another host is aborted. ``FUNDAMENTALLM_SCREENSHOTS=DIR`` saves a PNG of
+each JupyterLab page at the end of its test, passed or failed.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("FUNDAMENTALLM_CHROMIUM", "/usr/bin/chromium"))
 REQUIRED = os.environ.get("FUNDAMENTALLM_REQUIRE_BROWSER") == "1"
+SCREENSHOTS = os.environ.get("FUNDAMENTALLM_SCREENSHOTS")  # PNGs of the JupyterLab pages tested
 CHAPTER = "14_modern_decoder.ipynb"  # its explorer's cell needs nothing from the cells above
 CELL_TEXT = "cache_explorer()"
 TOKEN = "fundamentallm-test"
@@ -133,6 +135,24 @@ def lab(tmp_path_factory):
             server.kill()
 
 
+@pytest.fixture
+def new_page(browser, request):
+    """A page; at the end of the test (passed or failed) a PNG of it goes to
+    FUNDAMENTALLM_SCREENSHOTS, if set."""
+    pages = []
+
+    def make():
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        pages.append(page)
+        return page
+    yield make
+    for i, page in enumerate(pages):
+        if SCREENSHOTS:
+            Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(Path(SCREENSHOTS) / f"jupyterlab-{request.node.name}-{i}.png"))
+        page.close()
+
+
 def _image_src(page, cell):
     return cell.locator(".jp-OutputArea-output img").first.get_attribute("src")
 
@@ -144,9 +164,9 @@ def _wait_for_new_image(page, cell, old: str):
         arg=[cell.element_handle(), old], timeout=TIMEOUT_MS)
 
 
-def test_a_live_explorer_recomputes_when_a_slider_moves(browser, lab):
+def test_a_live_explorer_recomputes_when_a_slider_moves(new_page, lab):
     base, _ = lab
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = new_page()
     blocked = _offline(page, base)
     page.goto(f"{base}/lab/tree/{CHAPTER}?token={TOKEN}", timeout=TIMEOUT_MS)
     cell = page.locator(".jp-Notebook .jp-CodeCell", has_text=CELL_TEXT).first
@@ -161,7 +181,8 @@ def test_a_live_explorer_recomputes_when_a_slider_moves(browser, lab):
     page.wait_for_function("c => { const i = c.querySelector('.jp-OutputArea-output img');"
                            " return i && i.naturalWidth > 0; }", arg=cell.element_handle(),
                            timeout=TIMEOUT_MS)
-    assert "Recomputed in" in cell.locator(".jp-OutputArea-output").inner_text()
+    page.wait_for_function("c => c.innerText.includes('Recomputed in')", arg=cell.element_handle(),
+                           timeout=TIMEOUT_MS)
     assert cell.locator(".fl-explorer").count() == 0  # the frames are not shown beside the widget
     # move the "window" slider one step with the keyboard
     first = _image_src(page, cell)
@@ -169,7 +190,9 @@ def test_a_live_explorer_recomputes_when_a_slider_moves(browser, lab):
     handle.focus()
     page.keyboard.press("ArrowRight")
     _wait_for_new_image(page, cell, first)
-    assert "1024" in cell.locator(".widget-slider", has_text="window").inner_text()
+    page.wait_for_function("c => c.innerText.includes('1024')",
+                           arg=cell.locator(".widget-slider", has_text="window").element_handle(),
+                           timeout=TIMEOUT_MS)
     # and pick another number of key/value heads
     second = _image_src(page, cell)
     cell.locator(".widget-dropdown", has_text="kv_heads").locator("select").select_option("1")
@@ -182,10 +205,9 @@ def test_a_live_explorer_recomputes_when_a_slider_moves(browser, lab):
     assert "Traceback" not in cell.inner_text() and cell.locator(".jp-RenderedText[data-mime-type="
                                                                 "'application/vnd.jupyter.stderr']").count() == 0
     assert not blocked, f"requests to other hosts: {blocked[:5]}"
-    page.close()
 
 
-def test_an_untrusted_executed_notebook_says_how_to_bring_the_explorer_to_life(browser, lab):
+def test_an_untrusted_executed_notebook_says_how_to_bring_the_explorer_to_life(new_page, lab):
     import nbformat
     from nbclient import NotebookClient
 
@@ -196,7 +218,7 @@ def test_an_untrusted_executed_notebook_says_how_to_bring_the_explorer_to_life(b
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(root)}}).execute()
     nbformat.write(nb, root / "executed.ipynb")  # unsigned: JupyterLab opens it untrusted
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = new_page()
     blocked = _offline(page, base)
     page.goto(f"{base}/lab/tree/executed.ipynb?token={TOKEN}", timeout=TIMEOUT_MS)
     output = page.locator(".jp-Notebook .jp-CodeCell .jp-OutputArea-output").first
@@ -206,7 +228,6 @@ def test_an_untrusted_executed_notebook_says_how_to_bring_the_explorer_to_life(b
     assert "run this cell to bring the explorer to life" in shown, shown[:500]
     assert "Error displaying widget" not in shown and "Loading widget" not in shown
     assert not blocked, f"requests to other hosts: {blocked[:5]}"
-    page.close()
 
 
 def test_the_books_frames_are_reachable_by_keyboard_and_announced(browser):
