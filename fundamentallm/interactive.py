@@ -237,7 +237,7 @@ def slider(low: float, high: float, step: float, value: float,
     if not low <= value <= high or step <= 0:
         raise ValueError(f"slider needs low <= value <= high and step > 0, got "
                          f"low={low}, value={value}, high={high}, step={step}")
-    frames = tuple(frames) if frames is not None else (value,)
+    frames = tuple(sorted(frames)) if frames is not None else (value,)  # left to right, ascending
     if value not in frames or any(not low <= f <= high for f in frames):
         raise ValueError(f"slider frames={list(frames)} must include value={value} and lie in [{low}, {high}]")
     return Control("slider", value, frames, low=low, high=high, step=step)

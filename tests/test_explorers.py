@@ -263,3 +263,9 @@ def test_widgets_are_built_without_unknown_arguments(make):
         warnings.simplefilter("error", DeprecationWarning)
         for name in ("cache", "training"):
             assert make[name]().widget is not None
+
+
+def test_a_sliders_frames_run_left_to_right_in_ascending_order():
+    assert slider(0.0, 1.0, 0.05, 1.0, frames=[1.0, 0.6]).frames == (0.6, 1.0)
+    e = Explorer({"p": slider(0.0, 1.0, 0.05, 1.0, frames=[1.0, 0.6])}, lambda p: f"p={p}", alt="x")
+    assert e.static.controls == {"p": [0.6, 1.0]} and e.static.initial == (1,)
