@@ -332,15 +332,18 @@ class Explorer:
     def render(self) -> Any:
         """Call ``draw`` with the current values and show the result in the live face; returns
         it. Any error becomes a one-line message in place of the figure, never a traceback."""
+        import matplotlib.pyplot as plt
+
         start, cpu = time.perf_counter(), time.process_time()
+        open_before = set(plt.get_fignums())
         try:
             out = self.draw(**self.values)
         except Exception as err:  # noqa: BLE001 -- a live control must not print a traceback
             out = f"Could not draw this: {type(err).__name__}: {err}"
+            for number in set(plt.get_fignums()) - open_before:  # what the failed draw left open
+                plt.close(number)
         png = None
         if not isinstance(out, str):
-            import matplotlib.pyplot as plt
-
             buffer = io.BytesIO()  # no bbox_inches="tight": it draws the figure twice
             out.savefig(buffer, format="png", dpi=self.dpi, facecolor="white")
             plt.close(out)

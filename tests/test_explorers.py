@@ -16,6 +16,7 @@ import textwrap
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.pyplot  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -102,6 +103,14 @@ def test_an_error_inside_draw_becomes_a_message():
         raise RuntimeError(f"boom {n}")
     e = Explorer({"n": slider(0, 3, 1, 1)}, draw, alt="x")
     assert e.set(n=2) == "Could not draw this: RuntimeError: boom 2"
+
+    def half_drawn(n):
+        matplotlib.pyplot.figure()
+        raise ValueError("half way")
+    e = Explorer({"n": slider(0, 3, 1, 1)}, half_drawn, alt="x")
+    open_before = matplotlib.pyplot.get_fignums()
+    assert e.set(n=1) == "Could not draw this: ValueError: half way"
+    assert matplotlib.pyplot.get_fignums() == open_before  # the failed figure was closed
 
 
 def test_controls_are_validated():
@@ -259,10 +268,14 @@ def test_widgets_are_built_without_unknown_arguments(make):
     # ipywidgets warns (DeprecationWarning) about an argument it does not know, then ignores it
     import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         for name in ("cache", "training"):
-            assert make[name]().widget is not None
+            explorer = make[name]()
+            assert explorer.widget is not None and not isinstance(explorer.last, str), explorer.last
+    unknown = [str(w.message) for w in caught if "__init__() takes exactly one argument" in str(w.message)
+               or "unrecognized arguments" in str(w.message)]
+    assert not unknown, unknown
 
 
 def test_a_sliders_frames_run_left_to_right_in_ascending_order():
