@@ -173,9 +173,21 @@ def test_a_live_explorer_recomputes_when_a_slider_moves(new_page, lab):
     cell.wait_for(timeout=TIMEOUT_MS)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=TIMEOUT_MS,
                            state="attached")
-    cell.scroll_into_view_if_needed()
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Shift+Enter")
+    page.wait_for_function("() => (document.querySelector('.jp-StatusBar-Widget') || {}).innerText !== undefined"
+                           " && document.body.innerText.includes('| Idle')", timeout=TIMEOUT_MS)
+    # Run the cell; a run requested while JupyterLab is still connecting the kernel can be lost
+    # on a loaded machine (the prompt stays "[ ]"), so ask again until the cell has started.
+    prompt = cell.locator(".jp-InputArea-prompt")
+    for _ in range(5):
+        cell.scroll_into_view_if_needed()
+        cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            page.wait_for_function("p => p.innerText.trim() !== '[ ]:'", arg=prompt.element_handle(),
+                                   timeout=30_000)
+            break
+        except Exception:  # noqa: BLE001 -- playwright's TimeoutError: not started, try again
+            continue
     # the live face: core widgets, a picture and the line saying it recomputes
     cell.locator(".jp-OutputArea-output .widget-slider").first.wait_for(timeout=TIMEOUT_MS)
     page.wait_for_function("c => { const i = c.querySelector('.jp-OutputArea-output img');"
