@@ -22,7 +22,7 @@ from typing import Any, Optional
 # The distributions the book needs beyond the standard library (requirements.txt's runtime part);
 # the import name is given where it differs from the distribution's name.
 BOOK_DEPENDENCIES = ("torch", "numpy", "matplotlib", "tqdm", "safetensors", "transformers",
-                     "ipykernel", "nbformat", "jupyter-book", "nbmake")
+                     "ipykernel", "ipywidgets", "nbformat", "jupyter-book", "nbmake")
 
 
 def _version(dist: str) -> Optional[str]:

@@ -107,6 +107,7 @@ def test_host_syncs_benchmark_counts_at_most_one_read_per_step_and_token(tmp_pat
     ("train_budget.py", ["--steps", "1", "--set", "optimizer=sgd"], "optimizer='sgd' is not supported"),
     ("generation.py", ["--repeats", "0"], "argument --repeats"),
     ("generation.py", ["--new-tokens", "-3"], "argument --new-tokens"),
+    ("explorers.py", ["--repeats", "0"], "argument --repeats"),
 ])
 def test_benchmark_flags_are_validated(tmp_path, script, args, message):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -59,8 +59,10 @@ def _toc_entries() -> list[str]:
 # the numbered chapters (the appendix, book/records, has no number, math section or Colab edition)
 CHAPTERS = [e for e in _toc_entries() if re.match(r"book/\d\d_", e) and (ROOT / f"{e}.ipynb").exists()]
 # Chapters with interactive figures (fundamentallm.interactive) and how many each has at least.
-EXPLORERS = {"book/03_multi_head_attention": 1, "book/04_positions": 1, "book/09_training": 1,
-             "book/10_sampling": 1}
+EXPLORERS = {"book/02_attention_by_hand": 1, "book/03_multi_head_attention": 1, "book/04_positions": 2,
+             "book/05_norms_residuals": 1, "book/06_pre_post_ln": 1, "book/07_full_model": 1,
+             "book/08_tokens_data": 1, "book/09_training": 2, "book/10_sampling": 2,
+             "book/14_modern_decoder": 1}
 
 
 def _missing() -> str | None:

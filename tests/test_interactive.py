@@ -35,7 +35,7 @@ def test_one_frame_per_combination_and_controls_by_type():
     assert page.count('type="range"') == 1 and page.count("<select") == 1  # numbers: slider
     assert 'max="2"' in page and '<option value="1" selected>down</option>' in page
     assert f'src="{e.frames["0,1"]}"' in page  # the initial frame is shown first
-    assert 'alt="a line"' in page and "Lines" in page
+    assert 'alt="a line (shown: n 2, kind down)"' in page and "Lines" in page
     assert "http" not in re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)  # no URL
     assert e.nbytes == len(page.encode()) and "6 frames" in repr(e)
     assert not plt.get_fignums()  # every drawn figure was closed
