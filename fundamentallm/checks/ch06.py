@@ -131,7 +131,7 @@ def check_ln_jacobian_prediction(ln_jacobian_prediction) -> str:
     """``ln_jacobian_prediction``: ``{"J_ones": ..., "J_zhat": ..., "norm_ratio": ...}``: what the
     LayerNorm Jacobian does to the all-ones vector and to the normalized input (``"zero"``,
     ``"same direction"`` or ``"other"``), and ``||J(10 z)||_2 / ||J(z)||_2`` (a number)."""
-    from .ch01 import answer_given
+    from .predict import answer_given
 
     directions = ("zero", "same direction", "other")
     answer = answer_given(ln_jacobian_prediction, "ln_jacobian_prediction",
@@ -167,7 +167,7 @@ def check_post_ln_lr_prediction(post_ln_at_lower_lr) -> str:
     """``post_ln_at_lower_lr``: how post-LN at depth 6 ends without warmup when the learning rate is
     3 times smaller (1e-3): ``"plateau"`` (near the context-free loss), ``"learns"`` (well below it,
     above pre-LN at 3e-3) or ``"better"`` (below pre-LN at 3e-3)."""
-    from .ch01 import answer_given
+    from .predict import answer_given
 
     answer = answer_given(post_ln_at_lower_lr, "post_ln_at_lower_lr", '"plateau", "learns" or "better"')
     if answer not in ("plateau", "learns", "better"):

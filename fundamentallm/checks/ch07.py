@@ -178,7 +178,7 @@ def check_resource_accounting(resource_accounting: Callable) -> str:
 def check_swiglu_ablation_prediction(lower_error) -> str:
     """``lower_error``: which FFN, at (almost) equal parameters, reaches the lower training error on
     the chapter's memorisation task: ``"gelu"``, ``"swiglu"`` or ``"same"`` (within the noise)."""
-    from .ch01 import answer_given
+    from .predict import answer_given
 
     answer = answer_given(lower_error, "lower_error", 'one of "gelu", "swiglu", "same"')
     if answer not in ("gelu", "swiglu", "same"):
@@ -224,7 +224,7 @@ def check_parallel_block(parallel_block: Callable) -> str:
 def check_leak_reach_prediction(leak_reach) -> str:
     """``leak_reach``: with the mask ``tril(1)`` (each query also sees the next key), how many
     positions back a change of one token can reach after one attention layer and after three."""
-    from .ch01 import answer_given
+    from .predict import answer_given
 
     answer = answer_given(leak_reach, "leak_reach", 'a dict {"one_layer": int, "three_layers": int}')
     if not isinstance(answer, dict) or set(answer) != {"one_layer", "three_layers"}:
