@@ -27,6 +27,7 @@ _EXPORTS = {
     "TextDataset": "data", "digit_operations": "data", "load_corpus": "data", "train_val_split": "data",
     "FeedForward": "feedforward",
     "Transformer": "model", "TransformerBlock": "model", "TransformerClassifier": "model",
+    "block_sublayers": "model",
     "MoEFeedForward": "moe", "load_balancing_loss": "moe",
     "Muon": "muon",
     "LayerNorm": "norms", "RMSNorm": "norms",

@@ -81,6 +81,32 @@ class TransformerBlock(nn.Module):
         return (x, w) if return_weights else x
 
 
+def block_sublayers(config, weights: dict) -> dict[str, nn.Module]:
+    """The sublayers of a :class:`TransformerBlock`, built from data, in eval mode.
+
+    ``config`` is a :class:`TransformerConfig` or a dict of its fields; ``weights`` maps a name to
+    that sublayer's state dict: ``"attn"`` a ``MultiHeadAttention`` and ``"ff"`` a ``FeedForward``
+    as the block of ``config`` builds them, any other name (``"norm1"``, ``"norm"``, ...) a norm of
+    ``config.norm``. Returns ``{name: module}`` in the order of ``weights``. The block-wiring
+    exercises of chapters 6 and 7 receive their sublayers this way: as tensors, which a grader can
+    send to another process, where a module cannot go."""
+    if not isinstance(weights, dict):
+        raise TypeError(f"weights must be a dict {{name: state dict}}, got {type(weights).__name__}")
+    c = config if isinstance(config, TransformerConfig) else TransformerConfig(**config)
+    block = TransformerBlock(c)
+    out: dict[str, nn.Module] = {}
+    for name, state in weights.items():
+        if name == "attn":
+            module = block.attn
+        elif name == "ff":
+            module = block.ff
+        else:
+            module = make_norm(c.norm, c.d_model, eps=c.norm_eps, bias=c.bias)
+        module.load_state_dict(state)
+        out[name] = module.eval()
+    return out
+
+
 # --- input validation (issue 15): clear errors instead of torch's, or of a silently wrong loss ---
 # Checked once, at the door (the public forward, hidden_states and attention_maps): types and
 # shapes for free, values with one host read (see _Backbone.check_values). A caller that has

@@ -67,3 +67,12 @@ def wrong_call_tests(rows):
         assert re.search(message, str(info.value)), f"{name}: the message was: {info.value}"
 
     return test_wrong_answers_get_their_message
+
+
+def wired(f):
+    """A block answer ``f(x, attn, ff, norm1, ..., *rest)`` written on modules, as the block
+    exercises of chapters 6 and 7 take it, ``(x, config, weights, *rest)``: the modules built from
+    the data by ``fundamentallm.block_sublayers``, as the answer stubs do."""
+    from fundamentallm import block_sublayers
+
+    return lambda x, config, weights, *rest: f(x, *block_sublayers(config, weights).values(), *rest)

@@ -3,14 +3,23 @@ and stubs: tests/test_course.py)."""
 
 import torch
 from book_solutions import book_solution
-from check_tables import wrong_answer_tests
+from check_tables import wired, wrong_answer_tests
+
+from fundamentallm import TransformerBlock, TransformerConfig
 
 deepnorm_block = book_solution("ch06-ex3", "deepnorm_block")
 
 
+@wired
 def pre_ln_swapped_norms(x, attn, ff, norm1, norm2):
     h = x + attn(norm2(x))
     return h + ff(norm1(h))
+
+
+def pre_ln_block_of_the_package(x, config, weights):
+    block = TransformerBlock(TransformerConfig(**config)).eval()
+    block.load_state_dict({f"{m}.{k}": v for m, sd in weights.items() for k, v in sd.items()})
+    return block(x)
 
 
 def ln_jacobian_no_mean_term(z, weight, eps=1e-5):
@@ -28,18 +37,19 @@ def ln_jacobian_no_projection(z, weight, eps=1e-5):
 PREDICTED = {"J_ones": "zero", "J_zhat": "zero", "norm_ratio": 0.1}
 
 WRONG = [
-    ("check_pre_ln_block", lambda x, attn, ff, n1, n2: x + attn(n1(x)) + ff(n2(x)), r"h \+ ff\(norm2\(h\)\)"),
+    ("check_pre_ln_block", wired(lambda x, attn, ff, n1, n2: x + attn(n1(x)) + ff(n2(x))), r"h \+ ff\(norm2\(h\)\)"),
     ("check_pre_ln_block", pre_ln_swapped_norms, "norm1"),
-    ("check_sandwich_block", lambda x, attn, ff, n1, n2, n3, n4: (lambda h: h + ff(n2(h)))(x + attn(n1(x))),
+    ("check_pre_ln_block", pre_ln_block_of_the_package, "not to use fundamentallm.model.TransformerBlock.forward"),
+    ("check_sandwich_block", wired(lambda x, attn, ff, n1, n2, n3, n4: (lambda h: h + ff(n2(h)))(x + attn(n1(x)))),
      "that is the pre-LN block"),
-    ("check_sandwich_block", lambda x, attn, ff, n1, n2, n3, n4: (lambda h: n4(h + ff(n2(h))))(x + n3(attn(n1(x)))),
+    ("check_sandwich_block", wired(lambda x, attn, ff, n1, n2, n3, n4: (lambda h: n4(h + ff(n2(h))))(x + n3(attn(n1(x))))),
      "the stream itself is never normalized"),
     ("check_sandwich_block",  # norm3 and norm4 swapped
-     lambda x, attn, ff, n1, n2, n3, n4: (lambda h: h + n3(ff(n2(h))))(x + n4(attn(n1(x)))), "elements differ"),
-    ("check_deepnorm_block", lambda x, attn, ff, n1, n2, a: deepnorm_block(x, attn, ff, n1, n2, 1.0), "elements differ"),
-    ("check_deepnorm_block", lambda x, attn, ff, n1, n2, a: (lambda h: n2(h + a * ff(h)))(n1(x + a * attn(x))),
+     wired(lambda x, attn, ff, n1, n2, n3, n4: (lambda h: h + n3(ff(n2(h))))(x + n4(attn(n1(x))))), "elements differ"),
+    ("check_deepnorm_block", lambda x, config, weights, a: deepnorm_block(x, config, weights, 1.0), "elements differ"),
+    ("check_deepnorm_block", wired(lambda x, attn, ff, n1, n2, a: (lambda h: n2(h + a * ff(h)))(n1(x + a * attn(x)))),
      "alpha multiplies the residual"),
-    ("check_deepnorm_block", lambda x, attn, ff, n1, n2, a: a * x + attn(x), "elements differ"),
+    ("check_deepnorm_block", wired(lambda x, attn, ff, n1, n2, a: a * x + attn(x)), "elements differ"),
     ("check_ln_jacobian_prediction", {**PREDICTED, "J_ones": "same direction"}, "LN\\(z \\+ c1\\) = LN\\(z\\)"),
     ("check_ln_jacobian_prediction", {**PREDICTED, "J_zhat": "other"}, "undoes a rescaling"),
     ("check_ln_jacobian_prediction", {**PREDICTED, "norm_ratio": 1.0}, "how fast it changes"),

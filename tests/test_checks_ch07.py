@@ -4,8 +4,9 @@ and stubs: tests/test_course.py)."""
 import torch
 import torch.nn.functional as F
 from book_solutions import book_solution
-from check_tables import wrong_answer_tests
+from check_tables import wired, wrong_answer_tests
 
+from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.checks.ch07 import _GPT2_SMALL_PARAMETERS
 
 count_parameters = book_solution("ch07-ex3", "count_parameters")
@@ -61,12 +62,18 @@ def flop_counter_inside(config, num_parameters, batch_size, seq_len):
     return resource_accounting(config, num_parameters, batch_size, seq_len)
 
 
+def accounting_by_building_the_model(config, num_parameters, batch_size, seq_len):
+    Transformer(TransformerConfig(**config))
+    return resource_accounting(config, num_parameters, batch_size, seq_len)
+
+
 WRONG = [
     ("check_feed_forward", feed_forward_exact_gelu, "not to use torch.nn.functional.gelu"),
     ("check_feed_forward", feed_forward_relu, "elements differ"),
-    ("check_parallel_block", lambda x, attn, ff, n: (lambda h: h + ff(n(h)))(x + attn(n(x))), "sequential pre-LN block"),
-    ("check_parallel_block", lambda x, attn, ff, n: x + attn(x) + ff(x), "elements differ"),
-    ("check_parallel_block", lambda x, attn, ff, n: attn(n(x)) + ff(n(x)), "elements differ"),
+    ("check_parallel_block", wired(lambda x, attn, ff, n: (lambda h: h + ff(n(h)))(x + attn(n(x)))),
+     "sequential pre-LN block"),
+    ("check_parallel_block", wired(lambda x, attn, ff, n: x + attn(x) + ff(x)), "elements differ"),
+    ("check_parallel_block", wired(lambda x, attn, ff, n: attn(n(x)) + ff(n(x))), "elements differ"),
     ("check_leak_reach_prediction", {"one_layer": 1, "three_layers": 1}, "the leaks add up"),
     ("check_leak_reach_prediction", {"one_layer": 0, "three_layers": 3}, "one position back"),
     ("check_leak_reach_prediction", {"one_layer": 1.0, "three_layers": 3}, "should be an int"),
@@ -88,6 +95,7 @@ WRONG = [
     ("check_resource_accounting", accounting_with(training_bytes=lambda r, c, P, B, T: 12 * P), "add the gradients"),
     ("check_resource_accounting", lambda c, P, B, T: {"flops": 0}, "keys 'forward_flops' and 'training_bytes'"),
     ("check_resource_accounting", flop_counter_inside, "not to use torch.utils.flop_counter"),
+    ("check_resource_accounting", accounting_by_building_the_model, "not to use fundamentallm.model.Transformer"),
 ]
 
 test_wrong_answer_gets_its_message = wrong_answer_tests(WRONG)

@@ -81,7 +81,7 @@ ROWS = [
      r"min_p=0\.3"),
     ("check_min_p_filter", (_min_p_on_logits,), r"kept|removed"),
     ("check_min_p_filter", (_min_p_probabilities,), r"-inf|logits"),
-    ("check_positions_processed", (_positions_processed, None, 20), r"cache_saves_more is None: not attempted"),
+    ("check_positions_processed", (_positions_processed, None, 20), r"not attempted yet"),
     ("check_positions_processed", (_positions_processed, False, 20), r"cache_saves_more: count both sides"),
     ("check_positions_processed", (_positions_processed, True, 10.5), r"limit_factor: 10.5 is not the limit"),
     ("check_positions_processed", (_positions_processed, "yes", 20), r"True or False"),

@@ -122,15 +122,15 @@ def _fixture_notebook():
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     nb = nbformat.v4.new_notebook()
     nb.cells = [md("# 2. Title"), code("import torch\nfrom fundamentallm import checks"),
-                md(":::{exercise} Scores\n:label: ch02-ex1\n:class: variant\n\nWrite it.\n:::"),
-                code("def scaled_scores(q, k):\n    raise NotImplementedError  # your code here",
+                md(":::{exercise} Causal mask\n:label: ch02-ex1\n:class: variant\n\nWrite it.\n:::"),
+                code("def make_causal_mask(T):\n    raise NotImplementedError  # your code here",
                      metadata={"tags": ["answer"], "exercise": {"difficulty": 1, "minutes": 5}}),
                 md("````{solution-start} ch02-ex1\n:class: dropdown\n````"),
-                code("def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5",
+                code("import torch\n\n\ndef make_causal_mask(T):\n    return torch.tril(torch.ones(T, T, dtype=torch.bool))",
                      metadata={"tags": ["solution"]}),
-                md("SECRET IDEA: divide by the square root."),
+                md("SECRET IDEA: key j <= query i."),
                 md("````{solution-end}\n````"),
-                code("checks.check_scaled_scores(scaled_scores)", metadata={"tags": ["check"]}),
+                code("checks.check_make_causal_mask(make_causal_mask)", metadata={"tags": ["check"]}),
                 md("After the exercise.")]
     return nb
 
@@ -141,21 +141,21 @@ def test_the_contract_format_in_every_edition(tmp_path):
 
     nb = _fixture_notebook()
     (ex,) = find_exercises(nb)
-    assert ex.answer.startswith("def scaled_scores") and "NotImplementedError" in ex.answer
-    assert "SECRET IDEA" in ex.idea and "transpose" in ex.code
+    assert ex.answer.startswith("def make_causal_mask") and "NotImplementedError" in ex.answer
+    assert "SECRET IDEA" in ex.idea and "tril" in ex.code
     assert run_exercise(ex)[0] and not run_exercise(Exercise(ex.label, ex.answer, ex.check))[0]
     student = to_student_notebook(nb)
     assert [c.source.split("\n")[0][:14] for c in student.cells] == [
-        "# 2. Title", "import torch", ":::{exercise} ", "def scaled_sco", "checks.check_s", "After the exer"]
-    assert "SECRET" not in json.dumps(student) and "transpose" not in json.dumps(student)
+        "# 2. Title", "import torch", ":::{exercise} ", "def make_causa", "checks.check_m", "After the exer"]
+    assert "SECRET" not in json.dumps(student) and "tril" not in json.dumps(student)
     path = tmp_path / "02_fixture.ipynb"
     nbformat.write(nb, path)
     colab = render_notebook(path, {"ch02-ex1": ("exercise", "2.1")}, {})
     kinds = [(c["cell_type"], "".join(c["source"])[:9]) for c in colab["cells"]]
-    assert kinds[3:] == [("markdown", "### Exerc"), ("code", "def scale"), ("code", "checks.ch"),
+    assert kinds[3:] == [("markdown", "### Exerc"), ("code", "def make_"), ("code", "checks.ch"),
                          ("markdown", "<details>"), ("markdown", "After the")]
     details = "".join(colab["cells"][6]["source"])
-    assert "```python\ndef scaled_scores" in details and "SECRET IDEA" in details and details.endswith("</details>")
+    assert "```python\nimport torch\n\n\ndef make_causal_mask" in details and "SECRET IDEA" in details and details.endswith("</details>")
     assert not [c for c in colab["cells"] if "solution" in c.get("metadata", {}).get("tags", [])]
     graded = nbgrader_notebook(nb)
     sources = [c.source for c in graded.cells]

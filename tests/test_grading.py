@@ -5,7 +5,7 @@ grading; no file outside the output may change.
 
 The class is graded against a small fixture book written in tmp_path: chapter 02 has two
 torch-free exercises (checks registered by this file), chapter 03 two real checks of the package
-(``check_softmax_rows``, which forbids ``torch.softmax``, and ``check_scaled_scores``). Attackers
+(``check_softmax_rows``, which forbids ``torch.softmax``, and ``check_make_causal_mask``). Attackers
 that need torch submit chapter 03; the others only chapter 02 (their worker starts in a fraction
 of a second)."""
 
@@ -92,10 +92,10 @@ CH03 = [
      "def softmax_rows(x):\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)\n",
      "checks.check_softmax_rows(softmax_rows)",
      "def softmax_rows(x):\n    e = torch.exp(x)\n    return e / e.sum(-1, keepdim=True)\n"),
-    ("ch03-ex2", "def scaled_scores(q, k):\n    raise NotImplementedError  # your code here\n",
-     "def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n",
-     "checks.check_scaled_scores(scaled_scores)",
-     "def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1)\n"),
+    ("ch03-ex2", "def make_causal_mask(T):\n    raise NotImplementedError  # your code here\n",
+     "def make_causal_mask(T):\n    return torch.tril(torch.ones(T, T, dtype=torch.bool))\n",
+     "checks.check_make_causal_mask(make_causal_mask)",
+     "def make_causal_mask(T):\n    return torch.ones(T, T, dtype=torch.bool)\n"),
 ]
 CHAPTERS = {"02_tiny": (CH02, "import math\n"), "03_tensors": (CH03, "import math\nimport torch\n")}
 LABELS = [ex[0] for exs, _ in CHAPTERS.values() for ex in exs]

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fundamentallm import Transformer, TransformerBlock, TransformerClassifier, TransformerConfig
+from fundamentallm import Transformer, TransformerBlock, TransformerClassifier, TransformerConfig, block_sublayers
 from fundamentallm.attention import KVCache
 
 POS = ["learned", "sinusoidal", "rope", "none"]
@@ -100,6 +100,30 @@ def test_block_equals_formula(dtype, norm_position, norm, activation, causal):
     x = torch.randn(2, 9, 32, dtype=dtype, generator=torch.Generator().manual_seed(1))
     expected = _block_formula(block, x, cfg)
     torch.testing.assert_close(block(x), expected, **_tolerance(expected))
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_block_sublayers_rebuild_a_block_from_its_weights(norm):
+    """The sublayers built from a block's state dicts (data, as the chapters' block exercises get
+    them) compute the block; a name other than attn/ff is a norm of the config's kind."""
+    torch.manual_seed(0)
+    config = {"d_model": 16, "num_heads": 4, "norm": norm}
+    block = TransformerBlock(TransformerConfig(**config)).eval()
+    with torch.no_grad():
+        block.norm1.weight.add_(torch.randn(16))  # not the initial gains: the weights are used
+    weights = {name: getattr(block, name).state_dict() for name in ("attn", "ff", "norm1", "norm2")}
+    weights["extra"] = block.norm2.state_dict()
+    m = block_sublayers(config, weights)
+    assert list(m) == ["attn", "ff", "norm1", "norm2", "extra"] and not any(mod.training for mod in m.values())
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        h = x + m["attn"](m["norm1"](x))
+        torch.testing.assert_close(h + m["ff"](m["norm2"](h)), block(x))
+        torch.testing.assert_close(m["extra"](x), block.norm2(x))
+    with pytest.raises(TypeError, match="weights must be a dict"):
+        block_sublayers(config, [weights["attn"]])
+    with pytest.raises(RuntimeError, match="Missing key"):
+        block_sublayers(config, {"attn": {}})
 
 
 def test_transformer_equals_formula():

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .predict import answer_given
 
 
 def _rnn_params(d_in: int, d_h: int, seed: int, dtype=torch.float64):
@@ -157,30 +158,6 @@ def check_bptt_norm_bound(bptt_norm_bound: Callable) -> str:
 
 
 # --- predictions: a value stub (None) is "not attempted yet" ----------------------------------
-
-def answer_given(value, name: str, expected: str):
-    """Raise NotImplementedError (the check reports "not attempted yet") while ``value`` is still
-    the stub's ``None``; else return it. ``expected`` says what kind of answer is wanted."""
-    if value is None:
-        raise NotImplementedError(f"{name} is still None: replace it with {expected}")
-    return value
-
-
-def choice_answers(answer, name: str, allowed: dict[str, tuple]) -> dict:
-    """Validate a dict of predictions ``{key: one of allowed[key]}``; clear messages for a missing
-    key, an extra key or a value outside the allowed ones."""
-    answer = answer_given(answer, name, f"a dict with the keys {sorted(allowed)}")
-    if not isinstance(answer, dict):
-        raise CheckFailed(f"{name} should be a dict with the keys {sorted(allowed)}, got {type(answer).__name__}")
-    missing, extra = sorted(set(allowed) - set(answer)), sorted(set(answer) - set(allowed))
-    if missing or extra:
-        raise CheckFailed(f"{name} needs exactly the keys {sorted(allowed)}"
-                          + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
-    for key, options in allowed.items():
-        if answer[key] not in options or isinstance(answer[key], bool) != isinstance(options[0], bool):
-            raise CheckFailed(f"{name}[{key!r}] = {answer[key]!r}; choose one of {list(options)}")
-    return answer
-
 
 @exercise_check(may_return_none=True)
 def check_orthogonal_rnn_prediction(predicted_norm) -> str:

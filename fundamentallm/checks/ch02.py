@@ -165,7 +165,7 @@ def check_prefix_lm_mask(prefix_lm_mask: Callable) -> str:
 def check_permutation_prediction(permutation_prediction) -> str:
     """``permutation_prediction``: what happens to the output of unmasked attention when the rows of
     K and V are permuted together, and when the rows of Q are permuted."""
-    from .ch01 import choice_answers
+    from .predict import choice_answers
 
     options = ("unchanged", "permuted", "changed")
     answer = choice_answers(permutation_prediction, "permutation_prediction",

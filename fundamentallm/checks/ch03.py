@@ -133,7 +133,7 @@ def check_grouped_query_attention(grouped_query_attention: Callable) -> str:
 def check_buggy_split_prediction(head1_tokens) -> str:
     """``head1_tokens``: the sorted token positions whose numbers land in head 1 when ``x`` of shape
     ``(1, 6, 8)`` is split into 2 heads with ``x.view(1, 2, 6, 4)`` (no transpose)."""
-    from .ch01 import answer_given
+    from .predict import answer_given
 
     answer = answer_given(head1_tokens, "head1_tokens", "a sorted list of token positions")
     try:

@@ -66,7 +66,7 @@ def check_no_position_prediction(no_position_prediction) -> str:
     ``[BOS, a, a, ..., a]``: can the outputs at the repeated ``a`` differ (``"causal"``,
     ``"bidirectional"``: bool), and does the difference between neighbouring positions
     ``"shrink"``, ``"stay"`` or ``"grow"`` along the sequence in the causal model (``"neighbours"``)."""
-    from .ch01 import choice_answers
+    from .predict import choice_answers
 
     answer = choice_answers(no_position_prediction, "no_position_prediction",
                             {"causal": (True, False), "bidirectional": (True, False),

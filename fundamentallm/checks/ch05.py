@@ -135,7 +135,7 @@ def check_norm_ablation_prediction(growth_prediction) -> str:
     """``growth_prediction``: ``{"with_norm": ..., "without_norm": ...}``, how the scale of the
     residual stream grows with the number of blocks ``L`` in ``h <- h + f(norm(h))`` and in
     ``h <- h + f(h)`` (random ReLU MLP blocks at initialization)."""
-    from .ch01 import choice_answers
+    from .predict import choice_answers
 
     options = ("constant", "sqrt", "linear", "exponential")
     answer = choice_answers(growth_prediction, "growth_prediction",

@@ -17,38 +17,45 @@ from .core import (
 
 def _ch06_block(norm_position: str, norm: str, seed: int, d_model: int = 16, num_heads: int = 2):
     """A package ``TransformerBlock`` with random weights, norm gains and biases included (so that
-    swapping norm1 and norm2 shows), in eval mode."""
+    swapping norm1 and norm2 shows), in eval mode, and its config as a dict."""
     from ..config import TransformerConfig
     from ..model import TransformerBlock
 
     torch.manual_seed(600 + seed)
-    config = TransformerConfig(vocab_size=8, d_model=d_model, num_heads=num_heads, num_layers=1,
-                               max_seq_len=16, norm=norm, norm_position=norm_position)
-    block = TransformerBlock(config).eval()
+    config = {"d_model": d_model, "num_heads": num_heads, "norm": norm}
+    block = TransformerBlock(TransformerConfig(**config, norm_position=norm_position)).eval()
     with torch.no_grad():
         for name, p in block.named_parameters():
             if name.startswith("norm"):
                 p.copy_(1.0 + 0.5 * torch.randn(p.shape) if name.endswith("weight") else 0.5 * torch.randn(p.shape))
-    return block
+    return block, config
+
+
+def _ch06_weights(**modules) -> dict:
+    """{name: the module's state dict as a plain dict of tensors}: what the block exercises
+    receive (data a grader can send; ``fundamentallm.block_sublayers`` builds the modules back)."""
+    return {name: {k: v.detach().clone() for k, v in m.state_dict().items()} for name, m in modules.items()}
 
 
 def _ch06_check_block(student_fn: Callable, norm_position: str, formula: str) -> str:
     cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 7, 16), 4), ("layernorm", (3, 1, 8), 1)]
     for seed, (norm, shape, heads) in enumerate(cases):
-        block = _ch06_block(norm_position, norm, seed, d_model=shape[-1], num_heads=heads)
+        block, config = _ch06_block(norm_position, norm, seed, d_model=shape[-1], num_heads=heads)
+        weights = _ch06_weights(attn=block.attn, ff=block.ff, norm1=block.norm1, norm2=block.norm2)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(610 + seed))
         with torch.no_grad():
             expected = block(x)
-            got = student_fn(x.clone(), block.attn, block.ff, block.norm1, block.norm2)
+            got = student_fn(x.clone(), dict(config), weights)
         what = f"{student_fn.__name__}(x of shape {shape}, {norm}, {heads} heads)"
         check_shape(got, shape, what=what)
         assert_same(got, expected, what=f"{what} (expected {formula})", atol=1e-5, rtol=1e-4)
     return f"{len(cases)} blocks equal to fundamentallm.TransformerBlock(norm_position={norm_position!r})"
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.model.TransformerBlock.forward",))
 def check_pre_ln_block(pre_ln_block: Callable) -> str:
-    """``pre_ln_block(x, attn, ff, norm1, norm2)``: ``h = x + attn(norm1(x))``,
+    """``pre_ln_block(x, config, weights)``: with the sublayers ``attn, ff, norm1, norm2`` built by
+    ``fundamentallm.block_sublayers(config, weights)``, ``h = x + attn(norm1(x))``,
     ``h + ff(norm2(h))``; compared with the package's pre-LN ``TransformerBlock``."""
     return _ch06_check_block(pre_ln_block, "pre", "h = x + attn(norm1(x)); h + ff(norm2(h))")
 
@@ -80,14 +87,15 @@ def check_layer_norm_jacobian(layer_norm_jacobian: Callable) -> str:
 
 @exercise_check
 def check_sandwich_block(sandwich_block: Callable) -> str:
-    """``sandwich_block(x, attn, ff, norm1, norm2, norm3, norm4)``: ``h = x + norm3(attn(norm1(x)))``,
-    ``h + norm4(ff(norm2(h)))``; the modules of a random package block plus two extra norms."""
-    from ..norms import LayerNorm, RMSNorm
+    """``sandwich_block(x, config, weights)``: with the sublayers ``attn, ff, norm1 ... norm4``
+    built by ``fundamentallm.block_sublayers(config, weights)``, ``h = x + norm3(attn(norm1(x)))``,
+    ``h + norm4(ff(norm2(h)))``; the sublayers of a random package block plus two extra norms."""
+    from ..norms import make_norm
 
     cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 7, 16), 4), ("layernorm", (3, 1, 8), 1)]
     for seed, (norm, shape, heads) in enumerate(cases):
-        block = _ch06_block("pre", norm, 10 + seed, d_model=shape[-1], num_heads=heads)
-        extra = [(LayerNorm if norm == "layernorm" else RMSNorm)(shape[-1]) for _ in range(2)]
+        block, config = _ch06_block("pre", norm, 10 + seed, d_model=shape[-1], num_heads=heads)
+        extra = [make_norm(norm, shape[-1]) for _ in range(2)]
         g = torch.Generator().manual_seed(660 + seed)
         with torch.no_grad():
             for n in extra:
@@ -95,11 +103,13 @@ def check_sandwich_block(sandwich_block: Callable) -> str:
                     p.copy_(1 + 0.5 * torch.randn(p.shape, generator=g) if name == "weight"
                             else 0.5 * torch.randn(p.shape, generator=g))
         norm3, norm4 = extra
+        weights = _ch06_weights(attn=block.attn, ff=block.ff, norm1=block.norm1, norm2=block.norm2,
+                                norm3=norm3, norm4=norm4)
         x = 3 * torch.randn(shape, generator=g)
         with torch.no_grad():
             h = x + norm3(block.attn(block.norm1(x)))
             expected = h + norm4(block.ff(block.norm2(h)))
-            got = sandwich_block(x.clone(), block.attn, block.ff, block.norm1, block.norm2, norm3, norm4)
+            got = sandwich_block(x.clone(), dict(config), weights)
             what = f"sandwich_block(x of shape {shape}, {norm}, {heads} heads)"
             check_shape(got, shape, what=what)
             got = _as_tensor(got)
@@ -121,7 +131,7 @@ def check_ln_jacobian_prediction(ln_jacobian_prediction) -> str:
     """``ln_jacobian_prediction``: ``{"J_ones": ..., "J_zhat": ..., "norm_ratio": ...}``: what the
     LayerNorm Jacobian does to the all-ones vector and to the normalized input (``"zero"``,
     ``"same direction"`` or ``"other"``), and ``||J(10 z)||_2 / ||J(z)||_2`` (a number)."""
-    from .ch01 import answer_given
+    from .predict import answer_given
 
     directions = ("zero", "same direction", "other")
     answer = answer_given(ln_jacobian_prediction, "ln_jacobian_prediction",
@@ -157,7 +167,7 @@ def check_post_ln_lr_prediction(post_ln_at_lower_lr) -> str:
     """``post_ln_at_lower_lr``: how post-LN at depth 6 ends without warmup when the learning rate is
     3 times smaller (1e-3): ``"plateau"`` (near the context-free loss), ``"learns"`` (well below it,
     above pre-LN at 3e-3) or ``"better"`` (below pre-LN at 3e-3)."""
-    from .ch01 import answer_given
+    from .predict import answer_given
 
     answer = answer_given(post_ln_at_lower_lr, "post_ln_at_lower_lr", '"plateau", "learns" or "better"')
     if answer not in ("plateau", "learns", "better"):
@@ -174,16 +184,18 @@ def check_post_ln_lr_prediction(post_ln_at_lower_lr) -> str:
 
 @exercise_check
 def check_deepnorm_block(deepnorm_block: Callable) -> str:
-    """``deepnorm_block(x, attn, ff, norm1, norm2, alpha)``: post-LN with the residual up-weighted,
-    ``h = norm1(alpha * x + attn(x))``, ``norm2(alpha * h + ff(h))``."""
+    """``deepnorm_block(x, config, weights, alpha)``: with the sublayers ``attn, ff, norm1, norm2``
+    built by ``fundamentallm.block_sublayers(config, weights)``, post-LN with the residual
+    up-weighted, ``h = norm1(alpha * x + attn(x))``, ``norm2(alpha * h + ff(h))``."""
     cases = [("layernorm", (2, 5, 16), 2, 2.0), ("layernorm", (1, 7, 8), 1, 24 ** 0.25), ("rmsnorm", (3, 4, 16), 4, 1.0)]
     for seed, (norm, shape, heads, alpha) in enumerate(cases):
-        block = _ch06_block("post", norm, 20 + seed, d_model=shape[-1], num_heads=heads)
+        block, config = _ch06_block("post", norm, 20 + seed, d_model=shape[-1], num_heads=heads)
+        weights = _ch06_weights(attn=block.attn, ff=block.ff, norm1=block.norm1, norm2=block.norm2)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(680 + seed))
         with torch.no_grad():
             h = block.norm1(alpha * x + block.attn(x))
             expected = block.norm2(alpha * h + block.ff(h))
-            got = deepnorm_block(x.clone(), block.attn, block.ff, block.norm1, block.norm2, alpha)
+            got = deepnorm_block(x.clone(), dict(config), weights, alpha)
             what = f"deepnorm_block(x of shape {shape}, {norm}, alpha={alpha:.3g})"
             check_shape(got, shape, what=what)
             got = _as_tensor(got)

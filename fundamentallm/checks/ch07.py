@@ -131,8 +131,9 @@ def _ch07_measured_resources(cfg: dict, batch_size: int, seq_len: int) -> tuple[
     return model.num_parameters(), int(counter.get_total_flops()), sum(t.numel() * t.element_size() for t in tensors)
 
 
-@exercise_check(forbidden=("torch.utils.flop_counter", "fundamentallm.model", "fundamentallm.feedforward",
-                           "fundamentallm.attention"))
+@exercise_check(forbidden=("torch.utils.flop_counter", "fundamentallm.model.Transformer.__init__",
+                           "fundamentallm.feedforward.FeedForward.__init__",
+                           "fundamentallm.attention.MultiHeadAttention.__init__"))
 def check_resource_accounting(resource_accounting: Callable) -> str:
     """``resource_accounting(config, num_parameters, batch_size, seq_len)`` -> ``{"forward_flops": int,
     "training_bytes": int}``: the FLOPs of one forward pass (matrix products only, 2 per multiply-add)
@@ -177,7 +178,7 @@ def check_resource_accounting(resource_accounting: Callable) -> str:
 def check_swiglu_ablation_prediction(lower_error) -> str:
     """``lower_error``: which FFN, at (almost) equal parameters, reaches the lower training error on
     the chapter's memorisation task: ``"gelu"``, ``"swiglu"`` or ``"same"`` (within the noise)."""
-    from .ch01 import answer_given
+    from .predict import answer_given
 
     answer = answer_given(lower_error, "lower_error", 'one of "gelu", "swiglu", "same"')
     if answer not in ("gelu", "swiglu", "same"):
@@ -194,18 +195,20 @@ def check_swiglu_ablation_prediction(lower_error) -> str:
 
 @exercise_check
 def check_parallel_block(parallel_block: Callable) -> str:
-    """``parallel_block(x, attn, ff, norm)``: the GPT-J / PaLM block, ``x + attn(norm(x)) +
-    ff(norm(x))`` with one shared norm; the modules of a random package block."""
-    from .ch06 import _ch06_block
+    """``parallel_block(x, config, weights)``: with the sublayers ``attn, ff, norm`` built by
+    ``fundamentallm.block_sublayers(config, weights)``, the GPT-J / PaLM block,
+    ``x + attn(norm(x)) + ff(norm(x))`` with one shared norm; the sublayers of a random package block."""
+    from .ch06 import _ch06_block, _ch06_weights
 
     cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 6, 16), 4), ("layernorm", (3, 1, 8), 1)]
     for seed, (norm, shape, heads) in enumerate(cases):
-        block = _ch06_block("pre", norm, 40 + seed, d_model=shape[-1], num_heads=heads)
+        block, config = _ch06_block("pre", norm, 40 + seed, d_model=shape[-1], num_heads=heads)
+        weights = _ch06_weights(attn=block.attn, ff=block.ff, norm=block.norm1)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(740 + seed))
         with torch.no_grad():
             n = block.norm1(x)
             expected = x + block.attn(n) + block.ff(n)
-            got = parallel_block(x.clone(), block.attn, block.ff, block.norm1)
+            got = parallel_block(x.clone(), dict(config), weights)
             what = f"parallel_block(x of shape {shape}, {norm}, {heads} heads)"
             check_shape(got, shape, what=what)
             got = _as_tensor(got)
@@ -221,7 +224,7 @@ def check_parallel_block(parallel_block: Callable) -> str:
 def check_leak_reach_prediction(leak_reach) -> str:
     """``leak_reach``: with the mask ``tril(1)`` (each query also sees the next key), how many
     positions back a change of one token can reach after one attention layer and after three."""
-    from .ch01 import answer_given
+    from .predict import answer_given
 
     answer = answer_given(leak_reach, "leak_reach", 'a dict {"one_layer": int, "three_layers": int}')
     if not isinstance(answer, dict) or set(answer) != {"one_layer", "three_layers"}:

@@ -18,7 +18,8 @@ def _ch13_rng(seed: int) -> torch.Generator:
 @exercise_check
 def check_find_nan_or_inf(find_nan_or_inf: Callable) -> str:
     """``find_nan_or_inf(named_tensors)`` -> the names, in order, of the tensors holding NaN or
-    +-inf; ``None`` tensors skipped, integer tensors finite. Includes a model's gradients."""
+    +-inf, for a list of ``(name, tensor)`` pairs; ``None`` tensors skipped, integer tensors
+    finite. Includes a model's gradients."""
     g = _ch13_rng(0)
     ok = torch.randn(3, 4, generator=g)
     nan = ok.clone()
@@ -39,7 +40,7 @@ def check_find_nan_or_inf(find_nan_or_inf: Callable) -> str:
         ("an empty list", [], []),
     ]
     for what, pairs, expected in cases:
-        got = find_nan_or_inf(iter([(n, t) for n, t in pairs]))
+        got = find_nan_or_inf([(n, t) for n, t in pairs])
         if got is None:
             raise CheckFailed(f"{what}: got None -- return a list of names (an empty list if none)")
         if list(got) != expected:
@@ -52,7 +53,7 @@ def check_find_nan_or_inf(find_nan_or_inf: Callable) -> str:
     expected = [n for n, gr in grads if not bool(torch.isfinite(gr).all())]
     if not 0 < len(expected) < len(grads):  # guards the case itself
         raise RuntimeError(f"internal: expected some but not all gradients non-finite, got {expected}")
-    got = find_nan_or_inf(iter(grads))
+    got = find_nan_or_inf(list(grads))
     if list(got) != expected:
         raise CheckFailed(f"gradients of a model fed an infinite input: expected {expected}, got {list(got)}")
     return f"{len(cases) + 1} cases, gradients of a model included"
