@@ -7,7 +7,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fundamentallm import Transformer, TransformerBlock, TransformerClassifier, TransformerConfig, block_sublayers
+from fundamentallm import (
+    Transformer,
+    TransformerBlock,
+    TransformerClassifier,
+    TransformerConfig,
+    block_sublayers,
+)
 from fundamentallm.attention import KVCache
 
 POS = ["learned", "sinusoidal", "rope", "none"]

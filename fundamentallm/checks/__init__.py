@@ -8,7 +8,23 @@ checks; checks.check_softmax_rows(fn)`` works for every chapter. Every check is 
 :data:`CHECKS`. Gradient checking is a tool, not a check: it lives in :mod:`fundamentallm.gradcheck`.
 """
 
-from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14, ch15
+from . import (
+    ch01,
+    ch02,
+    ch03,
+    ch04,
+    ch05,
+    ch06,
+    ch07,
+    ch08,
+    ch09,
+    ch10,
+    ch11,
+    ch12,
+    ch13,
+    ch14,
+    ch15,
+)
 from .core import (
     CHECKS,
     FORBIDDEN,
