@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..tokenizers import _merge  # the package's pair replacement is the reference
 from .core import CheckFailed, assert_same, check_shape, exercise_check
 from .predict import int_list, require_prediction
 
@@ -135,20 +136,8 @@ def _ch08_train_bpe(text: str, num_merges: int) -> dict:
         if counts[pair] < 2:
             break
         merges[pair] = new_id
-        ids = _ch08_replace(ids, pair, new_id)
+        ids = _merge(ids, pair, new_id)
     return merges
-
-
-def _ch08_replace(ids: list, pair: tuple, new_id: int) -> list:
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
 
 
 def _ch08_encode(data: bytes, merges: dict) -> list:
@@ -157,7 +146,7 @@ def _ch08_encode(data: bytes, merges: dict) -> list:
         pair = min(zip(ids, ids[1:]), key=lambda p: merges.get(p, float("inf")))
         if pair not in merges:
             break
-        ids = _ch08_replace(ids, pair, merges[pair])
+        ids = _merge(ids, pair, merges[pair])
     return ids
 
 
