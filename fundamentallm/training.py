@@ -48,7 +48,8 @@ class TrainConfig:
 
     ``optimizer="muon"`` trains the hidden matrices with :class:`~fundamentallm.muon.Muon`
     (peak rate ``muon_lr``, momentum ``muon_momentum``, decoupled weight decay
-    ``muon_weight_decay``: ``W <- W·(1 - rate·muon_weight_decay)``) and everything else with
+    ``muon_weight_decay``: ``W <- W·(1 - rate·muon_weight_decay)``, ``muon_ns_steps``
+    Newton-Schulz iterations) and everything else with
     AdamW as above; the schedule scales both rates by the same factor. ``schedule="wsd"``
     (warmup-stable-decay) holds ``lr`` after the warmup and decays linearly to ``min_lr`` over the
     last ``cooldown_fraction`` of the steps."""
@@ -79,6 +80,7 @@ class TrainConfig:
     muon_lr: float = 0.02
     muon_momentum: float = 0.95
     muon_weight_decay: float = 0.0
+    muon_ns_steps: int = 5
     cooldown_fraction: float = 0.2
 
     def __post_init__(self) -> None:
@@ -118,6 +120,7 @@ class TrainConfig:
             raise ValueError(f"label_smoothing={self.label_smoothing!r} must be a float in [0, 1)")
         positive("muon_lr", self.muon_lr)
         positive("muon_weight_decay", self.muon_weight_decay, zero_ok=True)
+        positive("muon_ns_steps", self.muon_ns_steps, integer=True)
         for name in ("muon_momentum", "cooldown_fraction"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
@@ -209,7 +212,7 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
         hidden = {id(p) for p in muon_parameters(model)}
         groups = [{"params": [p for p in params if id(p) in hidden], "use_muon": True,
                    "lr": config.muon_lr, "peak_lr": config.muon_lr, "momentum": config.muon_momentum,
-                   "weight_decay": config.muon_weight_decay},
+                   "weight_decay": config.muon_weight_decay, "ns_steps": config.muon_ns_steps},
                   *adamw_groups([p for p in params if id(p) not in hidden], use_muon=False)]
         return Muon([g for g in groups if g["params"]], lr=config.lr, betas=config.betas, eps=config.eps)
     groups = adamw_groups(params)

@@ -64,6 +64,60 @@ def test_train_budget_profile_prints_the_operator_table(tmp_path):
     assert "aten::mm" in proc.stdout and "Self CPU" in proc.stdout
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["benchmark"] == "train_budget_profile" and out["ms_per_step"]["record"] > 0
+    record = out["recipes"]["record"]
+    assert set(record["phases_ms"]) == {"batch", "forward", "backward", "clip", "optimizer"}
+    assert record["ms_per_step"] == pytest.approx(sum(record["phases_ms"].values()), abs=0.05)
+    assert "aten::mm" in [row["op"] for row in record["ops"]] and record["ops_per_step"] > 0
+    assert all(0 <= row["share"] <= 1 and row["calls_per_step"] > 0 for row in record["ops"])
+    # what each ingredient costs: the recipe without it, timed in turn with the full recipe
+    assert set(record["ingredients_ms"]) == {"canon layers", "value embeddings", "QK-norm", "untied output layer",
+                                             "Muon (vs AdamW)", "bf16 matrix products"}
+    assert all(v["ms_per_step_without"] > 0 for v in record["ingredients_ms"].values())
+
+
+def test_train_budget_speedrun_evaluations_change_nothing(tmp_path):
+    """The speedrun's evaluations every few steps are outside the timed training and leave the
+    run as it was: the same final loss as without them; the time to the target is the training
+    time at the first evaluation at or below it, and None when no evaluation reached it."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("To be, or not to be, that is the question.\n" * 300, encoding="utf-8")
+    common = ("--corpus", str(corpus), "--recipe", "record", "--compare", "--steps", "4", "--threads", "1")
+    plain = run_script("train_budget.py", *common, "--eval-every", "0", tmp_path=tmp_path)
+    timed = run_script("train_budget.py", *common, "--eval-every", "1", "--target", "2.5", tmp_path=tmp_path)
+    never = run_script("train_budget.py", *common, "--eval-every", "2", "--target", "0.01", tmp_path=tmp_path)
+    for name in ("record", "baseline"):
+        assert timed[name]["val_loss"] == plain[name]["val_loss"] == never[name]["val_loss"]
+        curve = timed[name]["val_curve"][0]
+        reached = [point for point in curve if point[2] <= 2.5]
+        assert reached == [curve[-1]] and all(point[2] > 2.5 for point in curve[:-1])
+        assert timed[name]["time_to_target_s"] == [curve[-1][1]] and timed[name]["steps_to_target"] == [curve[-1][0]]
+        assert never[name]["time_to_target_s"] == [None] and [p[0] for p in never[name]["val_curve"][0]] == [2, 4]
+        assert plain[name]["val_curve"] == [[]]
+    assert timed["time_to_target_ratio"]["record"] == [
+        round(timed["record"]["time_to_target_s"][0] / timed["baseline"]["train_s"][0], 3)]
+    assert timed["threads"] == {"record": 1, "baseline": 1} and timed["target"] == 2.5
+    assert 0 < timed["versus"]["baseline"]["p_value"] <= 1
+
+
+def test_train_budget_chooses_its_threads(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("To be, or not to be, that is the question.\n" * 300, encoding="utf-8")
+    out = run_script("train_budget.py", "--corpus", str(corpus), "--recipe", "record", "--steps", "2",
+                     tmp_path=tmp_path)
+    assert 1 <= out["threads"]["record"] <= (os.cpu_count() or 1)
+
+
+def test_permutation_p_value():
+    sys.path.insert(0, str(BENCHMARKS))
+    from record import permutation_p_value
+
+    assert permutation_p_value([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(1 / 252)
+    assert permutation_p_value([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]) == 1.0
+    assert permutation_p_value([1.0] * 5, [1.0] * 5) == 1.0  # ties never make a record
+    # one new run worse than one old run: 4 of the 252 splits are at least as good
+    assert permutation_p_value([1, 2, 3, 4, 7], [5, 6, 8, 9, 10]) == pytest.approx(4 / 252)
+    with pytest.raises(ValueError, match="at least one loss"):
+        permutation_p_value([], [1.0])
 
 
 def test_train_budget_rejects_unknown_fields(tmp_path):
@@ -98,6 +152,8 @@ def test_host_syncs_benchmark_counts_at_most_one_read_per_step_and_token(tmp_pat
 @pytest.mark.parametrize("script,args,message", [
     ("train_budget.py", ["--steps", "0"], "argument --steps"),
     ("train_budget.py", ["--threads", "-1"], "argument --threads"),
+    ("train_budget.py", ["--threads", "many"], "neither 'auto' nor an integer"),
+    ("train_budget.py", ["--steps", "1", "--target", "0"], "--target 0.0: must be a loss > 0"),
     ("train_budget.py", ["--steps", "1", "--set", "lr"], "expected FIELD=VALUE"),
     ("train_budget.py", ["--steps", "1", "--set", "lr=-1"], "--set or --steps: lr=-1 must be a finite number > 0"),
     ("train_budget.py", ["--steps", "1", "--set", "d_model=7"], "--set: "),
