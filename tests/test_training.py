@@ -301,7 +301,8 @@ def test_wsd_cooldown_never_starts_inside_the_warmup():
                                          ("muon_momentum", 1.0), ("muon_momentum", -0.1), ("muon_momentum", True),
                                          ("cooldown_fraction", 1.0), ("cooldown_fraction", -0.2),
                                          ("cooldown_fraction", "0.2"), ("muon_weight_decay", -0.1),
-                                         ("muon_weight_decay", math.nan)])
+                                         ("muon_weight_decay", math.nan), ("muon_ns_steps", 0),
+                                         ("muon_ns_steps", 4.0), ("muon_ns_steps", True)])
 def test_muon_and_wsd_fields_are_validated(field, value):
     with pytest.raises(ValueError) as err:
         TrainConfig(**{field: value})
@@ -338,7 +339,8 @@ def test_muon_optimizer_groups(kind):
                 if p.dim() == 2 and (".attn." in n or ".ff." in n) and n.endswith("weight")}
     assert {names[id(p)] for p in muon["params"]} == expected and expected
     assert muon["use_muon"] and (muon["lr"], muon["peak_lr"], muon["momentum"]) == (0.04, 0.04, 0.9)
-    assert muon["weight_decay"] == 0.0  # muon_weight_decay's default
+    assert muon["weight_decay"] == 0.0 and muon["ns_steps"] == 5  # muon_weight_decay's, muon_ns_steps' defaults
+    assert make_optimizer(model, TrainConfig(optimizer="muon", muon_ns_steps=4)).param_groups[0]["ns_steps"] == 4
     decayed = make_optimizer(model, TrainConfig(optimizer="muon", muon_weight_decay=0.05)).param_groups
     assert decayed[0]["weight_decay"] == 0.05 and decayed[1]["weight_decay"] == TrainConfig().weight_decay
     for group, wd in ((decay, 0.1), (no_decay, 0.0)):
