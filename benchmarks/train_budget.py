@@ -23,9 +23,10 @@ Prints progress, then one JSON line (the last line): per recipe, the loss of eac
 and the sample standard deviation, and the speedrun figure ``time_to_target_s``: the training
 time (evaluation not counted) until the loss on the whole validation split, evaluated every
 ``--eval-every`` steps, first reaches ``--target`` (1.90 by default, about nanoGPT's final loss
-under this budget). The number of threads is chosen by the benchmark for each recipe (the
-faster of 1..cores in a short timed trial, ``--threads auto``), since on a shared machine two
-threads can be many times slower than one.
+under this budget). The number of threads is chosen by the benchmark (``--threads auto``): for
+each recipe once before training (the faster of 1..cores in a short timed trial) and again at
+the start of every chunk of 100 steps, since on a shared machine two threads can become many
+times slower than one within a run; the thread count changes no number of the run.
 """
 
 from __future__ import annotations
@@ -170,10 +171,38 @@ def cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+PROBE_STEPS = 3
+
+
+def train_chunk(trainer: Trainer, steps: int, threads: int, adapt: bool) -> int:
+    """Train ``steps`` steps; return the thread count used for most of them. With ``adapt``,
+    the first ``PROBE_STEPS`` run at each count from 1 to the machine's cores (the one in use
+    last), the rest at the fastest: the load of a shared machine changes within a run, and two
+    threads can be many times slower than one as soon as another process takes a core. The
+    probe steps are training steps like the others (timed, and the thread count changes no
+    number of the run: checked bit for bit on this project's CPU)."""
+    counts = range(1, (os.cpu_count() or 1) + 1)
+    if not adapt or steps <= PROBE_STEPS * len(counts):
+        torch.set_num_threads(threads)
+        trainer.fit(steps=steps)
+        return threads
+    per_step = {}
+    for n in sorted(counts, key=lambda n: n != threads):
+        torch.set_num_threads(n)
+        start = trainer.elapsed
+        trainer.fit(steps=PROBE_STEPS)
+        per_step[n] = trainer.elapsed - start
+    best = min(per_step, key=per_step.get)
+    torch.set_num_threads(best)
+    trainer.fit(steps=steps - PROBE_STEPS * len(per_step))
+    return best
+
+
 def train_seed(names: list[str], seed: int, vocab_size: int, train_ids, val_ids, args,
                model_over: dict, train_over: dict, threads: dict[str, int]) -> dict:
     """Train the recipes ``names`` with one seed, interleaved in chunks of 100 steps (so that
-    their speeds are measured under the same machine load); return each one's result.
+    their speeds are measured under the same machine load); return each one's result. With
+    ``--threads auto`` each chunk picks its thread count again (:func:`train_chunk`).
 
     Every ``args.eval_every`` steps, until a recipe's loss on the whole validation split reaches
     ``args.target``, the recipe is evaluated (the evaluation is outside the timed training, and
@@ -185,14 +214,17 @@ def train_seed(names: list[str], seed: int, vocab_size: int, train_ids, val_ids,
                                     train_over if name == names[0] else {})
                 for name in names}
     chunk = args.eval_every or (100 if len(names) > 1 else 250)
+    threads = dict(threads)  # updated chunk by chunk with --threads auto
+    used = {name: [] for name in names}  # the thread count of each chunk
     curves = {name: [] for name in names}  # (step, training seconds, val loss) until the target
     reached = dict.fromkeys(names)
     while any(t.step < args.steps for t in trainers.values()):
         for name, trainer in trainers.items():
             if trainer.step >= args.steps:
                 continue
-            torch.set_num_threads(threads[name])
-            trainer.fit(steps=min(chunk, args.steps - trainer.step))
+            threads[name] = train_chunk(trainer, min(chunk, args.steps - trainer.step), threads[name],
+                                        adapt=args.threads == "auto")
+            used[name].append(threads[name])
             recent = trainer.history["train_loss"][-chunk:]
             print(f"seed {seed} {name:8s} step {trainer.step:5d}  train_loss {sum(recent) / len(recent):.4f}  "
                   f"lr {trainer.history['lr'][-1]:.2e}  "
@@ -220,6 +252,7 @@ def train_seed(names: list[str], seed: int, vocab_size: int, train_ids, val_ids,
                       "tokens_per_s": round(trainer.tokens_seen / trainer.elapsed),
                       "train_s": round(trainer.elapsed, 1), "eval_s": round(eval_s, 1),
                       "time_s": round(trainer.elapsed + eval_s, 1),
+                      "threads_per_chunk": used[name],
                       "time_to_target_s": reached[name][1] if reached[name] else None,
                       "steps_to_target": reached[name][0] if reached[name] else None,
                       "val_curve": curves[name]}
@@ -331,7 +364,8 @@ def summarise(per_seed: list[dict], name: str) -> dict:
     runs = [r[name] for r in per_seed]
     losses = [r["val_loss"] for r in runs]
     out = {key: [r[key] for r in runs] for key in ("val_loss", "tokens_per_s", "train_s", "eval_s", "time_s",
-                                                   "time_to_target_s", "steps_to_target", "val_curve")}
+                                                   "time_to_target_s", "steps_to_target", "val_curve",
+                                                   "threads_per_chunk")}
     out.update(mean=round(statistics.fmean(losses), 4),
                sd=round(statistics.stdev(losses), 4) if len(losses) > 1 else None,
                params=runs[0]["params"], train_tokens=runs[0]["train_tokens"], steps=runs[0]["steps"])

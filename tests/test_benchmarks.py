@@ -100,11 +100,19 @@ def test_train_budget_speedrun_evaluations_change_nothing(tmp_path):
 
 
 def test_train_budget_chooses_its_threads(tmp_path):
+    """--threads auto (the default) picks a thread count per recipe before training and again
+    for every chunk (after a few probe steps at each count); the run's numbers are those of a
+    fixed thread count."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("To be, or not to be, that is the question.\n" * 300, encoding="utf-8")
-    out = run_script("train_budget.py", "--corpus", str(corpus), "--recipe", "record", "--steps", "2",
-                     tmp_path=tmp_path)
-    assert 1 <= out["threads"]["record"] <= (os.cpu_count() or 1)
+    common = ("--corpus", str(corpus), "--recipe", "record", "--steps", "20", "--eval-every", "10")
+    auto = run_script("train_budget.py", *common, tmp_path=tmp_path)
+    fixed = run_script("train_budget.py", *common, "--threads", "1", tmp_path=tmp_path)
+    cores = range(1, (os.cpu_count() or 1) + 1)
+    assert auto["threads"]["record"] in cores and fixed["threads"] == {"record": 1}
+    assert len(auto["record"]["threads_per_chunk"][0]) == 2 and set(auto["record"]["threads_per_chunk"][0]) <= set(cores)
+    assert fixed["record"]["threads_per_chunk"] == [[1, 1]]
+    assert auto["record"]["val_loss"] == fixed["record"]["val_loss"]
 
 
 def test_permutation_p_value():
