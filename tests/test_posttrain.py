@@ -11,6 +11,9 @@ written independently below with explicit loops, are the reference instead.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -250,3 +253,14 @@ BAD = [
 def test_bad_inputs_name_the_parameter(setup, what, call, match):
     with pytest.raises(ValueError, match=match):
         call(setup)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--short-accuracy", "1.5"], "--short-accuracy=1.5 must be in (0, 1)"),
+    (["--seeds", "0"], "--seeds=0 must be >= 1"),
+    (["--grpo-steps", "-2"], "--grpo-steps=-2 must be >= 1"),
+])
+def test_the_benchmark_refuses_bad_settings_before_any_work(flags, message):
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "posttrain.py"
+    proc = subprocess.run([sys.executable, str(script), *flags], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
