@@ -2,8 +2,8 @@
 
 * the task: two-digit addition, verifiable by a program (:func:`addition_splits`,
   :func:`digit_verifier`), optionally with fixed-width operands and the answer written
-  least-significant digit first (:func:`format_addition`; Lee et al. 2023), and a noisy "web" corpus of it to pretrain a base model on
-  (:func:`web_corpus`);
+  least-significant digit first (:func:`format_addition`; Lee et al. 2024, arXiv:2307.03381), and
+  a noisy "web" corpus of it to pretrain a base model on (:func:`web_corpus`);
 * :class:`ChatTemplate`: ``<user> question <assistant> answer <end>`` with reserved symbols of the
   tokenizer, and :func:`sft_batch`: padded batches whose targets are -100 except on the
   assistant's tokens (supervised fine-tuning, SFT; Ouyang et al. 2022);
@@ -57,7 +57,7 @@ def format_addition(a: int, b: int, digits: tuple[int, int] = (2, 1), pad: bool 
     operand at its fixed width (``7+8`` becomes ``07+8`` for ``digits=(2, 1)``), so every digit
     sits at the same position in every question; ``reverse`` writes the answer least-significant
     digit first (``"56"`` for 65), the order in which addition produces it: each digit then comes
-    after the digits (and the carry) it depends on (Lee et al. 2023)."""
+    after the digits (and the carry) it depends on (Lee et al. 2024)."""
     _check_bool(pad=pad, reverse=reverse)
     x, y = (str(a).zfill(digits[0]), str(b).zfill(digits[1])) if pad else (str(a), str(b))
     total = str(a + b)
