@@ -8,7 +8,8 @@ SFT for ``--sft-steps`` (full fine-tuning, the learning rate decaying linearly t
 with LoRA (rank ``--lora-rank`` on every linear layer of the blocks, plus the output layer, which
 must learn to write the new end token). The deliberately under-trained starting point of DPO and
 GRPO is the SFT run's first snapshot (every 10 steps) that answers ``--short-accuracy`` of 200
-training questions right (chosen on training questions, never on the held-out ones). Every stage
+training questions right (chosen on training questions, never on the held-out ones); GRPO draws
+training questions with a carry ``--grpo-carry-weight`` times as often as the others. Every stage
 is evaluated greedily on the held-out ``test`` (random) and ``hard`` (a carry in the units
 column) problems.
 
@@ -102,6 +103,8 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
 
     policy = copy.deepcopy(short)
     start = time.perf_counter()
+    # questions with a carry, the part of the skill the under-trained model lacks most, drawn more often
+    questions = questions + [q for q in questions if posttrain.carries(*map(int, q.split("+")))] * (args.grpo_carry_weight - 1)
     h = posttrain.train_grpo(policy, short, template, questions, args.grpo_steps, 32, 8, lr=1e-4, kl_coef=0.04,
                              seed=seed, reward_fn=verifier)
     record("GRPO", policy, time.perf_counter() - start, sum(h["tokens"]))
@@ -126,11 +129,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--lora-rank", type=int, default=3)
     parser.add_argument("--dpo-steps", type=int, default=30)
     parser.add_argument("--grpo-steps", type=int, default=150)
+    parser.add_argument("--grpo-carry-weight", type=int, default=2,
+                        help="GRPO draws training questions with a carry this many times as often (1: uniform)")
     parser.add_argument("--save", default=None, help="also write the JSON to this file")
     parser.add_argument("--note", default="", help="what else ran on the machine")
     args = parser.parse_args(argv)
     for name in ("seeds", "jobs", "layers", "pretrain_steps", "sft_steps", "lora_rank", "dpo_steps",
-                 "grpo_steps"):
+                 "grpo_steps", "grpo_carry_weight"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
     if not 0 < args.short_accuracy < 1:

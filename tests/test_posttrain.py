@@ -259,6 +259,7 @@ def test_bad_inputs_name_the_parameter(setup, what, call, match):
     (["--short-accuracy", "1.5"], "--short-accuracy=1.5 must be in (0, 1)"),
     (["--seeds", "0"], "--seeds=0 must be >= 1"),
     (["--grpo-steps", "-2"], "--grpo-steps=-2 must be >= 1"),
+    (["--grpo-carry-weight", "0"], "--grpo-carry-weight=0 must be >= 1"),
 ])
 def test_the_benchmark_refuses_bad_settings_before_any_work(flags, message):
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "posttrain.py"
