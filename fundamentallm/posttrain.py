@@ -1,8 +1,9 @@
 """Post-training: from a next-token predictor to an assistant (chapter 15).
 
 * the task: two-digit addition, verifiable by a program (:func:`addition_splits`,
-  :func:`digit_verifier`), and a noisy "web" corpus of it to pretrain a base model on
-  (:func:`web_corpus`);
+  :func:`digit_verifier`), optionally with fixed-width operands and the answer written
+  least-significant digit first (:func:`format_addition`; Lee et al. 2024, arXiv:2307.03381), and
+  a noisy "web" corpus of it to pretrain a base model on (:func:`web_corpus`);
 * :class:`ChatTemplate`: ``<user> question <assistant> answer <end>`` with reserved symbols of the
   tokenizer, and :func:`sft_batch`: padded batches whose targets are -100 except on the
   assistant's tokens (supervised fine-tuning, SFT; Ouyang et al. 2022);
@@ -44,14 +45,36 @@ def carries(a: int, b: int) -> int:
     return count
 
 
+def _check_bool(**values) -> None:
+    for name, value in values.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}={value!r} must be True or False")
+
+
+def format_addition(a: int, b: int, digits: tuple[int, int] = (2, 1), pad: bool = False,
+                    reverse: bool = False) -> Pair:
+    """One problem as ``(question, answer)``: ``(57, 8) -> ("57+8", "65")``. ``pad`` writes each
+    operand at its fixed width (``7+8`` becomes ``07+8`` for ``digits=(2, 1)``), so every digit
+    sits at the same position in every question; ``reverse`` writes the answer least-significant
+    digit first (``"56"`` for 65), the order in which addition produces it: each digit then comes
+    after the digits (and the carry) it depends on (Lee et al. 2024)."""
+    _check_bool(pad=pad, reverse=reverse)
+    x, y = (str(a).zfill(digits[0]), str(b).zfill(digits[1])) if pad else (str(a), str(b))
+    total = str(a + b)
+    return f"{x}+{y}", total[::-1] if reverse else total
+
+
 def addition_splits(n_test: int = 200, n_hard: int = 200, digits: tuple[int, int] = (2, 1),
-                    seed: int = 0) -> dict[str, list[Pair]]:
+                    seed: int = 0, pad: bool = False, reverse: bool = False) -> dict[str, list[Pair]]:
     """All problems ``a+b`` with ``a < 10**digits[0]`` and ``b < 10**digits[1]``, split into
     ``hard`` (held out: a carry in every column where both numbers have a digit), ``test`` (held
-    out, random) and ``train`` (the rest); disjoint. ``{"train": [("12+7", "19"), ...], ...}``."""
+    out, random) and ``train`` (the rest); disjoint. ``{"train": [("12+7", "19"), ...], ...}``.
+    ``pad`` and ``reverse``: the format of :func:`format_addition` (judge reversed answers with
+    ``digit_verifier(..., reverse=True)``); the same problems land in the same splits."""
     if (not isinstance(digits, (tuple, list)) or len(digits) != 2
             or any(isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= 3 for d in digits)):
         raise ValueError(f"digits={digits!r} must be two integers in 1..3 (digits of a and of b)")
+    _check_bool(pad=pad, reverse=reverse)
     every = [(a, b) for a in range(10**digits[0]) for b in range(10**digits[1])]
     random.Random(seed).shuffle(every)
     hard = [p for p in every if carries(*p) >= min(digits)][:n_hard]
@@ -60,7 +83,7 @@ def addition_splits(n_test: int = 200, n_hard: int = 200, digits: tuple[int, int
     taken |= set(test)
     if len(taken) > len(every) // 2:
         raise ValueError(f"n_test={n_test} and n_hard={n_hard} leave too few of the {len(every)} problems to train on")
-    fmt = lambda ps: [(f"{a}+{b}", str(a + b)) for a, b in ps]  # noqa: E731
+    fmt = lambda ps: [format_addition(a, b, tuple(digits), pad, reverse) for a, b in ps]  # noqa: E731
     return {"train": fmt(p for p in every if p not in taken), "test": fmt(test), "hard": fmt(hard)}
 
 
@@ -80,10 +103,15 @@ def web_corpus(problems: Sequence[Pair], wrong: float = 0.25, other_formats: flo
     return "\n".join(lines) + "\n"
 
 
-def digit_verifier(question: str, answer: Optional[str]) -> float:
-    """1.0 if ``answer`` is exactly the sum asked by ``question`` (``"12+34"``), else 0.0."""
+def digit_verifier(question: str, answer: Optional[str], reverse: bool = False) -> float:
+    """1.0 if ``answer`` is exactly the sum asked by ``question`` (``"12+34"``, operands may be
+    zero-padded: ``"07+8"``), written least-significant digit first if ``reverse`` (``"56"`` for
+    ``"57+8"``), else 0.0. Pass it as a reward function with ``functools.partial(digit_verifier,
+    reverse=True)``."""
+    _check_bool(reverse=reverse)
     a, b = question.split("+")
-    return float(answer is not None and answer == str(int(a) + int(b)))
+    total = str(int(a) + int(b))
+    return float(answer is not None and answer == (total[::-1] if reverse else total))
 
 
 # --- the chat template and SFT batches ----------------------------------------------------------
@@ -366,13 +394,23 @@ def _check_steps(**values) -> None:
 
 def train_sft(model: nn.Module, template: ChatTemplate, pairs: Sequence[Pair], steps: int, batch_size: int = 64,
               lr: float = 3e-3, seed: int = 0, mask_prompt: bool = True, optimizer=None, start_step: int = 0,
-              on_step: Optional[Callable[[int, dict], None]] = None) -> dict:
-    """Supervised fine-tuning on ``(question, answer)`` pairs; returns the history (``loss``)."""
+              on_step: Optional[Callable[[int, dict], None]] = None, decay_steps: Optional[int] = None) -> dict:
+    """Supervised fine-tuning on ``(question, answer)`` pairs; returns the history (``loss``).
+    ``decay_steps``: the learning rate falls linearly from the optimizer's to 0 at that step
+    (``None``: constant). It counts from step 0, not ``start_step``, so a run split into pieces
+    (or resumed) follows the same schedule."""
     _check_steps(steps=steps, batch_size=batch_size)
+    if decay_steps is not None:
+        _check_steps(decay_steps=decay_steps)
     optimizer = optimizer or make_optimizer(model, lr)
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])  # the peak, as torch's schedulers keep it
     model.train()
     history = defaultdict(list)
     for step in range(start_step, steps):
+        if decay_steps is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = group["initial_lr"] * max(0.0, 1 - step / decay_steps)
         pick = torch.randint(len(pairs), (batch_size,), generator=_step_generator(seed, step)).tolist()
         ids, targets = sft_batch(template, [pairs[i] for i in pick], mask_prompt=mask_prompt)
         loss = model(ids.to(_device(model)), targets.to(_device(model)))[1]

@@ -1,7 +1,9 @@
 """``python -m fundamentallm sft | dpo | grpo``: post-training from a checkpoint (chapter 15).
 
 The task is the chapter's: two-digit plus one-digit additions in the chat template, checked by
-:func:`fundamentallm.posttrain.digit_verifier`. ``sft`` starts from any checkpoint with a
+:func:`fundamentallm.posttrain.digit_verifier`; ``--reversed-answers`` writes them as the chapter
+does (``07+8`` answered ``51``: zero-padded, least-significant digit first), the format a small
+model learns. ``sft`` starts from any checkpoint with a
 character tokenizer (the template's reserved symbols are added to it when missing; their
 embedding rows are new); ``dpo`` and ``grpo`` start from an ``sft`` checkpoint, which is also
 their frozen reference. Like ``train``: ``--out`` is checked before any work and never replaced
@@ -22,10 +24,12 @@ from .run import CommandError
 
 COMMANDS = ("sft", "dpo", "grpo")
 # The flags that define a run: --resume refuses to change them.
-RUN_FLAGS = {"sft": ("checkpoint", "steps", "batch_size", "lr", "seed", "lora_rank", "lora_alpha", "no_mask"),
-             "dpo": ("checkpoint", "steps", "batch_size", "lr", "seed", "beta", "questions", "samples"),
+RUN_FLAGS = {"sft": ("checkpoint", "steps", "batch_size", "lr", "seed", "lora_rank", "lora_alpha", "no_mask",
+                     "reversed_answers"),
+             "dpo": ("checkpoint", "steps", "batch_size", "lr", "seed", "beta", "questions", "samples",
+                     "reversed_answers"),
              "grpo": ("checkpoint", "steps", "batch_size", "lr", "seed", "group_size", "kl_coef", "clip_eps",
-                      "inner_steps", "temperature")}
+                      "inner_steps", "temperature", "reversed_answers")}
 LORA_TARGETS = ["attn.qkv", "attn.out_proj", "ff.up", "ff.gate", "ff.down"]  # those the model has
 
 
@@ -60,6 +64,9 @@ def add_parsers(sub, formatter, types) -> None:
             p.add_argument("--clip-eps", type=types.positive_float, default=0.2, help="ratio clip epsilon")
             p.add_argument("--inner-steps", type=types.positive_int, default=2, help="updates per sampled batch")
             p.add_argument("--temperature", type=types.positive_float, default=1.0, help="sampling temperature")
+        p.add_argument("--reversed-answers", action="store_true",
+                       help="chapter 15's format: the first number zero-padded (07+8), the answer least-significant "
+                            "digit first (51); dpo and grpo need the same choice as the sft run they start from")
         p.add_argument("--save-interval", type=types.nonneg_int, default=50, help="save every N steps (0: only at the end)")
         p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
         p.add_argument("--force", action="store_true", help="replace a different run saved in --out")
@@ -109,11 +116,13 @@ def _load(path: str, device: str):
 def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
     """Run ``sft``, ``dpo`` or ``grpo`` with parsed ``args``; returns the final metrics."""
     import copy
+    import functools
 
     from tqdm import tqdm
 
     from . import lora, posttrain
     from .checkpoint import load_checkpoint, save_checkpoint
+    from .run import _saved_run
     from .utils import set_seed
 
     saved = _check_out(args, defaults)
@@ -133,7 +142,15 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
         template = posttrain.ChatTemplate(tokenizer)
         print(f"note: added the reserved symbols {template.symbols} to the tokenizer (new, untrained embedding rows)",
               file=sys.stderr)
-    splits = posttrain.addition_splits()
+    if args.command != "sft":
+        sft_run = _saved_run(args.checkpoint) or {}
+        was = sft_run.get("args", {}).get("reversed_answers")
+        if was is not None and was != args.reversed_answers:
+            raise CommandError(f"{args.checkpoint} was trained with --reversed-answers={was}: pass "
+                               f"{'--reversed-answers' if was else 'no --reversed-answers'} to {args.command} too")
+    rev = args.reversed_answers
+    splits = posttrain.addition_splits(pad=rev, reverse=rev)
+    verifier = functools.partial(posttrain.digit_verifier, reverse=rev)
     missing = sorted({c for q, a in splits["train"] for c in q + a if c not in tokenizer.stoi})
     if missing:
         raise CommandError(f"{args.checkpoint}: its tokenizer cannot write the task's characters {missing}")
@@ -154,7 +171,7 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
     if saved is not None:
         resumed = load_checkpoint(args.out, model=model, optimizer=optimizer)
         start_step = resumed.step or saved.get("step_done", 0)
-    before = {s: posttrain.evaluate(model, template, splits[s])["accuracy"] for s in ("test", "hard")}
+    before = {s: posttrain.evaluate(model, template, splits[s], verifier=verifier)["accuracy"] for s in ("test", "hard")}
     run_args = {k: getattr(args, k) for k in RUN_FLAGS[args.command]}
     last = {"step": start_step if saved else None, "tokens": 0}
 
@@ -199,7 +216,8 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
             posttrain.train_sft(model, template, splits["train"], mask_prompt=not args.no_mask, **common)
         elif args.command == "dpo":
             questions = [q for q, _ in splits["train"]][:args.questions]
-            pairs = posttrain.preference_pairs(reference, template, questions, args.samples, seed=args.seed)
+            pairs = posttrain.preference_pairs(reference, template, questions, args.samples, seed=args.seed,
+                                               verifier=verifier)
             if not pairs:
                 raise CommandError("no question had both a right and a wrong sampled answer: nothing to prefer "
                                    "(pass more --questions or --samples)")
@@ -207,7 +225,8 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
         else:
             posttrain.train_grpo(model, reference, template, [q for q, _ in splits["train"]],
                                  group_size=args.group_size, kl_coef=args.kl_coef, clip_eps=args.clip_eps,
-                                 inner_steps=args.inner_steps, temperature=args.temperature, **common)
+                                 inner_steps=args.inner_steps, temperature=args.temperature, reward_fn=verifier,
+                                 **common)
     except FloatingPointError as err:
         where = (f"the last good checkpoint is {args.out} (step {last['step']})" if last["step"] is not None
                  else "no checkpoint was written before it")
@@ -217,7 +236,7 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
         if in_main_thread:
             signal.signal(signal.SIGINT, previous)
     wall = time.perf_counter() - start
-    after = {s: posttrain.evaluate(model, template, splits[s])["accuracy"] for s in ("test", "hard")}
+    after = {s: posttrain.evaluate(model, template, splits[s], verifier=verifier)["accuracy"] for s in ("test", "hard")}
     metrics = {"command": args.command, "checkpoint": args.checkpoint, "out": args.out, "steps": args.steps,
                "test_accuracy_before": before["test"], "hard_accuracy_before": before["hard"],
                "test_accuracy": after["test"], "hard_accuracy": after["hard"],

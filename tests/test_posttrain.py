@@ -11,6 +11,9 @@ written independently below with explicit loops, are the reference instead.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,6 +172,44 @@ def test_digit_verifier_and_splits():
     assert pt.carries(58, 67) == 2 and pt.carries(10, 5) == 0
 
 
+def test_padded_operands_and_reversed_answers():
+    assert pt.format_addition(7, 8) == ("7+8", "15")
+    assert pt.format_addition(7, 8, pad=True) == ("07+8", "15")
+    assert pt.format_addition(57, 8, pad=True, reverse=True) == ("57+8", "56")
+    assert pt.format_addition(99, 9, reverse=True) == ("99+9", "801")
+    assert pt.format_addition(5, 7, digits=(3, 2), pad=True) == ("005+07", "12")
+    plain = pt.addition_splits(n_test=100, n_hard=100)
+    new = pt.addition_splits(n_test=100, n_hard=100, pad=True, reverse=True)
+    for name in plain:  # the same problems in the same splits, only written differently
+        assert [tuple(map(int, q.split("+"))) for q, _ in plain[name]] == \
+            [tuple(map(int, q.split("+"))) for q, _ in new[name]]
+        assert [a[::-1] for _, a in plain[name]] == [a for _, a in new[name]]
+        assert all(len(q.split("+")[0]) == 2 for q, _ in new[name])
+        assert all(pt.digit_verifier(q, a, reverse=True) == 1.0 for q, a in new[name])
+    # a reversed answer is judged in its own order, never in the other
+    assert pt.digit_verifier("07+8", "51", reverse=True) == 1.0
+    assert pt.digit_verifier("07+8", "15", reverse=True) == 0.0 and pt.digit_verifier("07+8", "15") == 1.0
+    assert pt.digit_verifier("23+7", "03", reverse=True) == 1.0 and pt.digit_verifier("23+7", "3", reverse=True) == 0.0
+    assert pt.digit_verifier("11+1", None, reverse=True) == 0.0
+
+
+def test_sft_learning_rate_decays_linearly_the_same_in_pieces(setup):
+    splits, _, template, model = setup
+    seen = {}
+    for pieces in ((0, 4), (0, 2, 4)):
+        m = model.__class__(model.config)
+        m.load_state_dict(model.state_dict())
+        opt = pt.make_optimizer(m, 1e-3)
+        lrs = []
+        for start, stop in zip(pieces, pieces[1:]):
+            pt.train_sft(m, template, splits["train"], stop, 4, seed=0, optimizer=opt, start_step=start,
+                         decay_steps=4, on_step=lambda step, _, lrs=lrs, opt=opt: lrs.append(opt.param_groups[0]["lr"]))
+        seen[pieces] = (lrs, [p.detach().clone() for p in m.parameters()])
+    assert seen[(0, 4)][0] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+    for a, b in zip(seen[(0, 4)][1], seen[(0, 2, 4)][1]):
+        torch.testing.assert_close(a, b)
+
+
 def test_reserved_tokens_are_added_with_the_old_rows_kept(setup):
     _, _, _, model = setup
     tok = CharacterTokenizer("0123456789+=\n")
@@ -201,6 +242,9 @@ BAD = [
     ("temperature 0", lambda s: pt.sample_completions(s[3], [[1, 2]], 1, temperature=0.0), "temperature=0.0"),
     ("prompt too long", lambda s: pt.sample_completions(s[3], [[3] * 16], 1), "no room in max_seq_len=16"),
     ("digits", lambda s: pt.addition_splits(digits=(2, 0)), r"digits=\(2, 0\)"),
+    ("pad not a bool", lambda s: pt.addition_splits(pad="yes"), "pad='yes' must be True or False"),
+    ("reverse not a bool", lambda s: pt.digit_verifier("1+1", "2", reverse=1), "reverse=1 must be True or False"),
+    ("decay_steps 0", lambda s: pt.train_sft(s[3], s[2], [("1+1", "2")], 1, decay_steps=0), "decay_steps=0"),
     ("lr 0", lambda s: pt.make_optimizer(s[3], 0.0), "lr=0.0"),
 ]
 
@@ -209,3 +253,15 @@ BAD = [
 def test_bad_inputs_name_the_parameter(setup, what, call, match):
     with pytest.raises(ValueError, match=match):
         call(setup)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--short-accuracy", "1.5"], "--short-accuracy=1.5 must be in (0, 1)"),
+    (["--seeds", "0"], "--seeds=0 must be >= 1"),
+    (["--grpo-steps", "-2"], "--grpo-steps=-2 must be >= 1"),
+    (["--grpo-carry-weight", "0"], "--grpo-carry-weight=0 must be >= 1"),
+])
+def test_the_benchmark_refuses_bad_settings_before_any_work(flags, message):
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "posttrain.py"
+    proc = subprocess.run([sys.executable, str(script), *flags], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr

@@ -52,6 +52,19 @@ def test_sft_then_grpo_and_dpo(base, capsys):
         assert "nothing to prefer" in err
 
 
+def test_reversed_answers_train_and_are_required_of_the_next_stage(base, capsys):
+    code, out, err = _run(["sft", "--checkpoint", str(base / "base"), "--out", str(base / "sft"), "--steps", "2",
+                           "--batch-size", "4", "--reversed-answers"], capsys)
+    assert code == 0, err
+    assert load_checkpoint(base / "sft").extra["args"]["reversed_answers"] is True
+    code, out, err = _run(["grpo", "--checkpoint", str(base / "sft"), "--out", str(base / "grpo"), "--steps", "1",
+                           "--batch-size", "2", "--group-size", "2"], capsys)
+    assert code == 2 and "--reversed-answers" in err
+    code, out, err = _run(["grpo", "--checkpoint", str(base / "sft"), "--out", str(base / "grpo"), "--steps", "1",
+                           "--batch-size", "2", "--group-size", "2", "--reversed-answers"], capsys)
+    assert code == 0, err
+
+
 def test_lora_sft_saves_a_plain_loadable_model(base, capsys):
     code, out, err = _run(["sft", "--checkpoint", str(base / "base"), "--out", str(base / "lora"), "--steps", "2",
                            "--batch-size", "4", "--lora-rank", "2"], capsys)
