@@ -208,7 +208,7 @@ def test_records_are_the_stored_runs():
         BUDGET["steps"], BUDGET["batch_size"], BUDGET["block_size"], BUDGET["max_params"])
     for entry in stored["records"]:
         run = json.loads((BENCHMARKS.parent / entry["source"]).read_text())
-        assert run["seeds"] == entry["seeds"] and len(entry["seeds"]) == rules["seeds"]
+        assert run["seeds"] == entry["seeds"] and len(entry["seeds"]) >= rules["seeds"]
         assert all(entry[key] == run[entry["recipe"]][key] for key in COPIED)
         assert entry["baseline_val_loss"] == run["baseline"]["val_loss"]
         assert entry["model"] == RECIPES[entry["recipe"]]["model"]
