@@ -310,11 +310,14 @@ def profile(names: list[str], steps: int, vocab_size: int, train_ids, val_ids, a
 
     # the trainers run past --steps here (warm-up, phases, profile, ingredients): give them room
     args = argparse.Namespace(**{**vars(args), "steps": max(args.steps, 10 + 5 * steps)})
+    model_fields = set(TransformerConfig.__dataclass_fields__)
 
     def trainer_for(name, extra=None):
-        over = {**(model_over if name == names[0] else {}), **(train_over if name == names[0] else {}),
-                **(extra or {})}
-        m_over, t_over = parse_overrides([f"{k}={v!r}" for k, v in over.items()])
+        # --set applies to the first recipe named; an ingredient's removal (extra) on top of it
+        first = name == names[0]
+        extra = extra or {}
+        m_over = {**(model_over if first else {}), **{k: v for k, v in extra.items() if k in model_fields}}
+        t_over = {**(train_over if first else {}), **{k: v for k, v in extra.items() if k not in model_fields}}
         with contextlib.redirect_stdout(io.StringIO()):
             trainer = build_trainer(name, args.seed, vocab_size, train_ids, val_ids, args, m_over, t_over)
         trainer.fit(steps=10)
