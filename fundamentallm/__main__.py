@@ -100,6 +100,9 @@ def _build_parser() -> argparse.ArgumentParser:
     train.add_argument("--mixed-precision", default="auto", choices=PRECISIONS,
                        help="'auto': bf16 or fp16 on CUDA, float32 elsewhere; 'bf16' also on the CPU "
                        "(faster on CPUs with bf16 instructions, slower without)")
+    train.add_argument("--no-compile", action="store_true",
+                       help="train without torch.compile where the --recipe uses it (on the CPU it needs "
+                       "a C++ compiler; the numbers differ slightly)")
     train.add_argument("--warmup-steps", type=nonneg_int, default=None, help="None: min(100, steps // 10)")
     train.add_argument("--dropout", type=dropout_rate, default=0.0, help="dropout rate in [0, 1)")
     train.add_argument("--eval-interval", type=nonneg_int, default=None,

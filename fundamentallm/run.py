@@ -24,7 +24,8 @@ from .recipes import BUDGET, MODERN, RECIPES
 # The flags that define a run: --resume refuses to change them, and a run with other values is
 # "a different run" that --out never overwrites without --force.
 RUN_FLAGS = ("corpus", "recipe", "preset", "tokenizer", "vocab_size", "block_size", "steps", "batch_size", "lr",
-             "warmup_steps", "dropout", "eval_interval", "val_fraction", "seed", "optimizer", "mixed_precision")
+             "warmup_steps", "dropout", "eval_interval", "val_fraction", "seed", "optimizer", "mixed_precision",
+             "no_compile")
 
 
 class CommandError(Exception):
@@ -168,6 +169,8 @@ def cmd_train(args: argparse.Namespace, defaults: dict) -> dict:
     eval_interval = args.eval_interval if args.eval_interval is not None else max(1, args.steps // 5)
     recipe_train = {k: v for k, v in (recipe or {}).get("train", {}).items()
                     if k not in ("lr", "optimizer", "mixed_precision", "warmup_steps")}  # the flags carry those
+    if getattr(args, "no_compile", False):
+        recipe_train["compile"] = False
     tc = TrainConfig(**recipe_train, lr=args.lr, optimizer=args.optimizer, mixed_precision=args.mixed_precision,
                      max_steps=args.steps, batch_size=args.batch_size, warmup_steps=warmup,
                      eval_interval=eval_interval, eval_batch_size=128, device=device, seed=args.seed,

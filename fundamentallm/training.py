@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Optional
@@ -52,7 +54,10 @@ class TrainConfig:
     Newton-Schulz iterations) and everything else with
     AdamW as above; the schedule scales both rates by the same factor. ``schedule="wsd"``
     (warmup-stable-decay) holds ``lr`` after the warmup and decays linearly to ``min_lr`` over the
-    last ``cooldown_fraction`` of the steps."""
+    last ``cooldown_fraction`` of the steps. ``compile=True`` runs the model's forward and
+    backward passes through ``torch.compile`` (on the CPU it needs a C++ compiler), with
+    deterministic algorithms so that the same seed still gives the same weights;
+    :meth:`Trainer.warm_up` compiles before the first step."""
 
     lr: float = 1e-3
     min_lr: Optional[float] = None
@@ -296,6 +301,26 @@ def evaluate(model: nn.Module, data, batch_size: int = 64, max_batches: Optional
     return {"val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0))}
 
 
+def cpp_compiler() -> Optional[str]:
+    """The C++ compiler torch.compile would use on the CPU ($CXX, else g++ or clang++ on the
+    PATH), or None."""
+    for name in (os.environ.get("CXX"), "g++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@contextlib.contextmanager
+def deterministic_algorithms():
+    """``torch.use_deterministic_algorithms(True)`` inside the block, the previous setting after."""
+    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
 class Trainer:
     """Trains ``model`` on ``train_data`` (see the module docstring for the formats).
 
@@ -339,6 +364,11 @@ class Trainer:
             ids = [self.device.index or 0] if self.device.type == "cuda" else None
             self.forward_model = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         if c.compile:
+            if self.device.type == "cpu" and not cpp_compiler():
+                raise ValueError("compile=True on the CPU needs a C++ compiler for torch.compile's "
+                                 "kernels (g++ or clang++ on the PATH, or $CXX), and none was found: "
+                                 "install one (Debian: apt install g++) or set compile=False "
+                                 "(the command line: --no-compile)")
             self.forward_model = torch.compile(self.forward_model)
         self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
         self.history: dict[str, list] = {k: [] for k in (
@@ -367,6 +397,33 @@ class Trainer:
         if self.amp_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def warm_up(self) -> float:
+        """With ``compile=True``: compile now, so that the steps' time is training's (the
+        speedrun's rule: the clock starts after compiling). One forward and backward pass on a
+        batch drawn with a generator of its own, the gradients then dropped: the weights, the
+        optimizer, the step count and the run's random streams are as they were
+        (``tests/test_training.py``). Returns the seconds spent (0.0 without ``compile``)."""
+        if not self.config.compile:
+            return 0.0
+        t0 = time.perf_counter()
+        c = self.config
+        self.model.train()
+        batch = self.train_source.sample(c.batch_size // self.world_size, torch.Generator().manual_seed(0))
+        batch = tuple(t.to(self.device) for t in batch)
+        with inputs_checked(self.model), self._kernels():
+            self._loss(self.forward_model, batch, c.label_smoothing).backward()
+        self.model.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+    def _kernels(self):
+        """Around the compiled forward and backward passes: deterministic algorithms, without
+        which Inductor's CPU kernels accumulate some gradients (the embeddings') with atomic adds
+        whose order varies from run to run -- with them, the same seed gives the same weights,
+        at any number of threads (``tests/test_training.py``). Eager training needs nothing."""
+        if not self.config.compile:
+            return contextlib.nullcontext()
+        return deterministic_algorithms()
 
     def _loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...], smoothing: float) -> torch.Tensor:
         x, y = batch[0], batch[1]
@@ -414,7 +471,7 @@ class Trainer:
             local = (batch[1] != -100).sum()
             last = micro == c.grad_accum_steps - 1
             sync = contextlib.nullcontext() if last or self.world_size == 1 else self.forward_model.no_sync()
-            with sync, inputs_checked(self.model):
+            with sync, inputs_checked(self.model), self._kernels():
                 mean = self._loss(self.forward_model, batch, c.label_smoothing)
                 # A micro-batch with every target ignored has a 0/0 mean: it counts 0 and still
                 # runs backward (DDP expects every rank to). DDP averages the ranks' gradients,

@@ -1,6 +1,7 @@
 """Trainer: schedule, optimizer groups, determinism, accumulation, smoothing, evaluation."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -8,7 +9,14 @@ import torch.nn.functional as F
 
 from fundamentallm import Transformer, TransformerClassifier, TransformerConfig
 from fundamentallm.data import TextDataset, digit_operations
-from fundamentallm.training import TrainConfig, Trainer, TrainingDiverged, lr_at, make_optimizer
+from fundamentallm.training import (
+    TrainConfig,
+    Trainer,
+    TrainingDiverged,
+    cpp_compiler,
+    lr_at,
+    make_optimizer,
+)
 
 VOCAB = 16
 
@@ -421,3 +429,50 @@ def test_muon_trainer_learns_and_is_deterministic():
         assert h1[key] == h2[key], key
     assert all(torch.equal(a, b) for a, b in zip(p1, p2))
     assert h1["lr"][-1] == pytest.approx(1e-3)  # wsd ends exactly at min_lr = lr / 10
+
+
+def compiled_run(threads: list[int], warm_up: bool, **train):
+    """A record-like model (canon layers, QK-norm, value embeddings, Muon, bf16) trained one
+    step per entry of ``threads`` at that many threads; its weights and losses."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=65, d_model=96, num_heads=4, num_layers=2, max_seq_len=32,
+                                          norm="rmsnorm", pos_encoding="rope", activation="swiglu", bias=False,
+                                          tie_weights=False, qk_norm=True, value_embeddings=True,
+                                          canon="embed+attn+ffn"))
+    data = torch.randint(65, (4000,), generator=torch.Generator().manual_seed(0))
+    trainer = Trainer(model, data, None, config(max_steps=len(threads), batch_size=12, optimizer="muon",
+                                                mixed_precision="bf16", **train))
+    compile_s = trainer.warm_up() if warm_up else None
+    before = torch.get_num_threads()
+    try:
+        for n in threads:
+            torch.set_num_threads(n)
+            trainer.fit(steps=1)
+    finally:
+        torch.set_num_threads(before)
+    return trainer.history["train_loss"], [p.detach().clone() for p in model.parameters()], compile_s
+
+
+@pytest.mark.skipif(cpp_compiler() is None and not os.environ.get("CI"),
+                    reason="torch.compile on the CPU needs a C++ compiler (CI installs g++)")
+def test_compiled_training_is_deterministic_at_any_thread_count_and_warm_up_changes_nothing():
+    """compile=True (the record's recipe): the same seed gives the same weights bit for bit at one
+    thread, two, or alternating (Inductor's kernels otherwise add some gradients in a varying
+    order); warm_up() compiles without changing the run; and the numbers stay near eager's."""
+    losses, weights, compile_s = compiled_run([2, 2, 2], warm_up=True, compile=True)
+    assert compile_s > 0
+    for threads in ([1, 1, 1], [2, 1, 2]):
+        other_losses, other, none = compiled_run(threads, warm_up=False, compile=True)
+        assert none is None and other_losses == losses
+        assert all(torch.equal(a, b) for a, b in zip(weights, other)), threads
+    eager_losses, eager, zero = compiled_run([2, 2, 2], warm_up=True)
+    assert zero == 0.0
+    assert eager_losses == pytest.approx(losses, abs=2e-2)
+    for a, b in zip(eager, weights):
+        torch.testing.assert_close(a, b, rtol=0, atol=5e-2)
+
+
+def test_compile_without_a_cpp_compiler_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr("fundamentallm.training.cpp_compiler", lambda: None)
+    with pytest.raises(ValueError, match=r"compile=True on the CPU needs a C\+\+ compiler.*compile=False"):
+        Trainer(tiny_model(), stream(), None, config(compile=True))
