@@ -304,10 +304,8 @@ def evaluate(model: nn.Module, data, batch_size: int = 64, max_batches: Optional
 def cpp_compiler() -> Optional[str]:
     """The C++ compiler torch.compile would use on the CPU ($CXX, else g++ or clang++ on the
     PATH), or None."""
-    for name in (os.environ.get("CXX"), "g++", "clang++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
+    found = (shutil.which(name) for name in (os.environ.get("CXX"), "g++", "clang++") if name)
+    return next((path for path in found if path), None)
 
 
 @contextlib.contextmanager
