@@ -178,7 +178,7 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=positive_int, default=3)
-    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--sizes", nargs="+", action="extend", default=None, choices=list(SIZES))
     parser.add_argument("--skip-recompute", action="store_true", help="measure only the cached paths")
     parser.add_argument("--new-tokens", type=positive_int, default=None,
                         help="override the number of new tokens of every size (for quick trials)")
@@ -194,7 +194,7 @@ def main() -> None:
 
     load_start = os.getloadavg()
     results = []
-    for size in args.sizes:
+    for size in args.sizes or list(SIZES):
         r = bench_size(size, args.new_tokens or SIZES[size]["new_tokens"], args.repeats, args.skip_recompute,
                        args.repeats if size == "tiny" else args.gpt2_recompute_repeats)
         results.append(r)

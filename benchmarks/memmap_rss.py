@@ -84,12 +84,12 @@ def run(args: list[str], cwd: Path) -> dict:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 1000])
+    parser.add_argument("--sizes-mb", type=float, nargs="+", action="extend", default=None)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--workdir", default=None, help="where the corpus goes (default: a temp folder)")
     args = parser.parse_args(argv)
     results = []
-    for size_mb in sorted(args.sizes_mb):
+    for size_mb in sorted(args.sizes_mb or [10, 1000]):
         work = Path(tempfile.mkdtemp(dir=args.workdir))
         try:
             generate_text(work / "corpus.txt", int(size_mb * 1e6))

@@ -404,9 +404,9 @@ def summarise(per_seed: list[dict], name: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default="python-docs", help="'python-docs', 'tinyshakespeare' or a path")
-    parser.add_argument("--recipe", nargs="+", default=["ours"], choices=list(RECIPES),
+    parser.add_argument("--recipe", nargs="+", action="extend", default=None, choices=list(RECIPES),
                         help="the recipe(s) to train: 'ours' (the course's, AdamW), 'record' (Muon and "
-                             "the speedrun's ingredients) or 'baseline' (nanoGPT's CPU recipe)")
+                             "the speedrun's ingredients) or 'baseline' (nanoGPT's CPU recipe); default: ours")
     parser.add_argument("--baseline", action="store_true", help="the same as --recipe baseline")
     parser.add_argument("--compare", action="store_true",
                         help="also train the baseline, alternating every 100 steps with the other "
@@ -429,13 +429,13 @@ def main() -> None:
                              "is reached (not timed; 0: only at the end)")
     parser.add_argument("--save", default=None, metavar="PATH",
                         help="also write the JSON result to PATH (e.g. benchmarks/results/NAME.json)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="FIELD=VALUE",
                         help="override a TransformerConfig or TrainConfig field of the (first) recipe, "
-                             "for sweeps and ablations")
+                             "for sweeps and ablations; several at once or the flag repeated")
     args = parser.parse_args()
     if not args.target > 0:
         raise SystemExit(f"--target {args.target}: must be a loss > 0")
-    names = list(dict.fromkeys(["baseline"] if args.baseline else args.recipe))
+    names = list(dict.fromkeys(["baseline"] if args.baseline else args.recipe or ["ours"]))
     if args.baseline and args.compare:
         raise SystemExit("--compare already trains the baseline; drop --baseline")
     if args.compare and "baseline" not in names:

@@ -166,6 +166,9 @@ def test_host_syncs_benchmark_counts_at_most_one_read_per_step_and_token(tmp_pat
     ("train_budget.py", ["--steps", "1", "--set", "lr"], "expected FIELD=VALUE"),
     ("train_budget.py", ["--steps", "1", "--set", "lr=-1"], "--set or --steps: lr=-1 must be a finite number > 0"),
     ("train_budget.py", ["--steps", "1", "--set", "d_model=7"], "--set: "),
+    # a repeated --set adds to the first (argparse's default keeps only the last, silently)
+    ("train_budget.py", ["--steps", "1", "--set", "d_model=7", "--set", "lr=1e-3"], "--set: "),
+    ("train_budget.py", ["--steps", "1", "--recipe", "fastest", "--recipe", "ours"], "argument --recipe"),
     ("train_budget.py", ["--steps", "1", "--recipe", "fastest"], "argument --recipe"),
     ("train_budget.py", ["--steps", "1", "--seeds", "0"], "argument --seeds"),
     ("train_budget.py", ["--steps", "1", "--recipe", "baseline", "--compare"], "--compare trains the baseline next"),

@@ -81,7 +81,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     g.add_argument("--csv", type=Path, default=None, help="one row per student: 1/0 per exercise, total, out_of")
     g.add_argument("--details", type=Path, default=None, help="one row per student and exercise, with the message")
     g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per exercise (default 60)")
-    g.add_argument("--chapters", nargs="*", default=None, help="grade only these chapters (file name prefixes: 02 03)")
+    g.add_argument("--chapters", nargs="+", action="extend", default=None, help="grade only these chapters (file name prefixes: 02 03)")
     g.add_argument("--jobs", type=int, default=1, help="students graded in parallel (default 1)")
     g.add_argument("--root", type=Path, default=None, help="the book's root (default: ./ or the package's repository)")
     g.add_argument("--resume", action="store_true",
