@@ -19,6 +19,8 @@ for the choices and the measured numbers.
 Run:  python benchmarks/train_budget.py --corpus /work/shared/data/tinyshakespeare.txt [--recipe baseline]
       python benchmarks/train_budget.py --corpus python-docs --compare   # ours and the baseline, interleaved
       python benchmarks/train_budget.py --corpus tinyshakespeare --recipe record --compare --seeds 3
+      python benchmarks/train_budget.py --corpus tinyshakespeare --recipe record record+sampling=random \
+          --compare --seeds 5   # a candidate against the recipe it changes: the rule for a new record
 Prints progress, then one JSON line (the last line): per recipe, the loss of each seed, the mean
 and the sample standard deviation, and the speedrun figure ``time_to_target_s``: the training
 time (evaluation not counted) until the loss on the whole validation split, evaluated every
@@ -64,15 +66,16 @@ STEPS, BATCH, BLOCK = BUDGET["steps"], BUDGET["batch_size"], BUDGET["block_size"
 MAX_PARAMS = BUDGET["max_params"]
 
 
-def parse_overrides(items: list[str]) -> tuple[dict, dict]:
-    """``key=value`` pairs -> (model overrides, train overrides), by field name."""
+def parse_overrides(items: list[str], flag: str = "--set") -> tuple[dict, dict]:
+    """``key=value`` pairs -> (model overrides, train overrides), by field name; an error names
+    ``flag``, where they came from."""
     model_fields = set(TransformerConfig.__dataclass_fields__)
     train_fields = set(TrainConfig.__dataclass_fields__)
     model, train = {}, {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key or not raw:
-            raise SystemExit(f"--set {item!r}: expected FIELD=VALUE, e.g. --set lr=1e-3")
+            raise SystemExit(f"{flag} {item!r}: expected FIELD=VALUE, e.g. --set lr=1e-3")
         try:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
@@ -82,13 +85,28 @@ def parse_overrides(items: list[str]) -> tuple[dict, dict]:
         elif key in train_fields:
             train[key] = value
         else:
-            raise SystemExit(f"--set {item!r}: unknown field {key!r}")
+            raise SystemExit(f"{flag} {item!r}: unknown field {key!r}")
     return model, train
+
+
+def recipe_variant(name: str) -> str:
+    """``--recipe``'s type: a recipe's name, or a variant of one, ``NAME+FIELD=VALUE[+...]`` (e.g.
+    ``record+sampling=random``, to measure a candidate against the recipe it changes in one run);
+    checked here, so that a typo fails before anything trains."""
+    base, *sets = name.split("+")
+    if base not in RECIPES:
+        raise argparse.ArgumentTypeError(f"invalid choice: {base!r} (choose from {', '.join(map(repr, RECIPES))}; "
+                                         f"a variant is NAME+FIELD=VALUE)")
+    parse_overrides(sets, flag=f"--recipe {name}")
+    return name
 
 
 def build_trainer(recipe_name: str, seed: int, vocab_size: int, train_ids, val_ids, args,
                   model_over: dict, train_over: dict) -> Trainer:
-    recipe = RECIPES[recipe_name]
+    base, *sets = recipe_name.split("+")  # a variant's own overrides, then --set's
+    recipe = RECIPES[base]
+    variant_model, variant_train = parse_overrides(sets)
+    model_over, train_over = {**variant_model, **model_over}, {**variant_train, **train_over}
     torch.manual_seed(seed)
     try:
         config = TransformerConfig(**{"vocab_size": vocab_size, "max_seq_len": BLOCK, "dropout": 0.0,
@@ -404,9 +422,10 @@ def summarise(per_seed: list[dict], name: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default="python-docs", help="'python-docs', 'tinyshakespeare' or a path")
-    parser.add_argument("--recipe", nargs="+", action="extend", default=None, choices=list(RECIPES),
+    parser.add_argument("--recipe", nargs="+", action="extend", default=None, type=recipe_variant,
                         help="the recipe(s) to train: 'ours' (the course's, AdamW), 'record' (Muon and "
-                             "the speedrun's ingredients) or 'baseline' (nanoGPT's CPU recipe); default: ours")
+                             "the speedrun's ingredients) or 'baseline' (nanoGPT's CPU recipe), or a variant "
+                             "NAME+FIELD=VALUE[+...] (e.g. record+sampling=random); default: ours")
     parser.add_argument("--baseline", action="store_true", help="the same as --recipe baseline")
     parser.add_argument("--compare", action="store_true",
                         help="also train the baseline, alternating every 100 steps with the other "

@@ -224,7 +224,8 @@ class DataSource:
     """One interface over the data formats the :class:`~fundamentallm.training.Trainer` accepts:
     a 1-D token stream (random windows / all non-overlapping windows), a ``Dataset`` of
     ``(x, y[, attention_mask])`` tuples, or such a tuple of tensors. ``sample`` draws a random
-    training batch; ``batches`` yields the whole split in order, for evaluation."""
+    training batch (with replacement), ``sample_at`` the next one of a sequence without
+    replacement (epochs); ``batches`` yields the whole split in order, for evaluation."""
 
     def __init__(self, data, block_size: Optional[int]) -> None:
         if isinstance(data, tuple) and all(isinstance(t, torch.Tensor) for t in data):
@@ -241,6 +242,7 @@ class DataSource:
             if len(self.stream) < block_size + 1:
                 raise ValueError(f"{len(self.stream)} tokens are too few for block_size={block_size}")
         self.block_size = block_size
+        self._orders: dict[tuple[int, int], tuple[int, torch.Tensor]] = {}  # see _epoch_order
 
     def _collate(self, idx: list[int]) -> tuple[torch.Tensor, ...]:
         if isinstance(self.dataset, TensorDataset):  # fast path: index the tensors directly
@@ -249,9 +251,55 @@ class DataSource:
         return tuple(torch.stack([torch.as_tensor(item[j]) for item in items]) for j in range(len(items[0])))
 
     def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """``batch_size`` windows (or examples) drawn at random, with replacement."""
         if self.stream is not None:
             return get_batch(self.stream, batch_size, self.block_size, generator=generator)
         return self._collate(torch.randint(len(self.dataset), (batch_size,), generator=generator).tolist())
+
+    def epoch_size(self) -> int:
+        """How many windows (or examples) one epoch of :meth:`sample_at` visits: the stream cut
+        into non-overlapping windows (at an offset below ``block_size``), or the whole dataset."""
+        if self.stream is None:
+            return len(self.dataset)
+        return (len(self.stream) - self.block_size) // self.block_size
+
+    def sample_at(self, batch_size: int, first: int, seed: int) -> tuple[torch.Tensor, ...]:
+        """Windows ``first, ..., first + batch_size - 1`` of a sequence drawn without
+        replacement: epoch ``e`` (windows ``e·n`` to ``e·n + n - 1``, ``n = epoch_size()``) cuts
+        the stream into non-overlapping windows at a random offset below ``block_size`` and
+        visits them in a random order, so that every token of the stream (but at most
+        ``2·block_size`` at its ends) is a target exactly once per epoch; a dataset's examples
+        are visited in a random order per epoch. The order depends on ``seed`` and ``e`` only,
+        and a window on its number only: no state to save, and resuming at window ``first``
+        continues the same sequence."""
+        for name, value, low in (("batch_size", batch_size, 1), ("first", first, 0), ("seed", seed, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name}={value!r} must be an integer >= {low}")
+        n = self.epoch_size()
+        if n < 1:
+            raise ValueError(f"{len(self.stream)} tokens are too few to draw windows of block_size="
+                             f"{self.block_size} without replacement: it needs at least {2 * self.block_size}")
+        numbers = torch.arange(first, first + batch_size)
+        picks = torch.empty(batch_size, dtype=torch.long)
+        for epoch in numbers.div(n, rounding_mode="floor").unique().tolist():
+            offset, order = self._epoch_order(seed, epoch, n)
+            where = numbers // n == epoch
+            picks[where] = offset + order[numbers[where] % n] * (self.block_size if self.stream is not None else 1)
+        if self.stream is None:
+            return self._collate(picks.tolist())
+        chunks = _windows(self.stream, picks, self.block_size + 1)  # (B, T + 1)
+        return chunks[:, :-1], chunks[:, 1:]
+
+    def _epoch_order(self, seed: int, epoch: int, n: int) -> tuple[int, torch.Tensor]:
+        """Epoch ``epoch``'s offset and window order (the last two epochs' are kept)."""
+        cache = self._orders
+        if (seed, epoch) not in cache:
+            g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) % 2**63)
+            offset = int(torch.randint(self.block_size, (1,), generator=g)) if self.stream is not None else 0
+            cache[(seed, epoch)] = (offset, torch.randperm(n, generator=g))
+            while len(cache) > 2:
+                cache.pop(next(iter(cache)))
+        return cache[(seed, epoch)]
 
     def batches(self, batch_size: int):
         if self.stream is not None:  # every non-overlapping window; a short tail is left out

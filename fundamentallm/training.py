@@ -31,7 +31,7 @@ from torch import nn
 from tqdm import tqdm
 
 from .data import DataSource
-from .recipes import OPTIMIZERS, PRECISIONS, SCHEDULES
+from .recipes import OPTIMIZERS, PRECISIONS, SAMPLINGS, SCHEDULES
 from .utils import get_device, inputs_checked, rng_state, set_rng_state
 
 
@@ -57,7 +57,13 @@ class TrainConfig:
     last ``cooldown_fraction`` of the steps. ``compile=True`` runs the model's forward and
     backward passes through ``torch.compile`` (on the CPU it needs a C++ compiler), with
     deterministic algorithms so that the same seed still gives the same weights;
-    :meth:`Trainer.warm_up` compiles before the first step."""
+    :meth:`Trainer.warm_up` compiles before the first step.
+
+    ``sampling="random"`` draws every training window at a random position, with replacement
+    (nanoGPT's ``get_batch``): after ``k`` passes' worth of tokens a share of about ``e^-k`` of
+    the text has never been a target. ``"epoch"`` draws without replacement
+    (:meth:`~fundamentallm.data.DataSource.sample_at`): each epoch visits non-overlapping windows
+    at a random offset in a random order, so every token is a target once per epoch."""
 
     lr: float = 1e-3
     min_lr: Optional[float] = None
@@ -87,6 +93,7 @@ class TrainConfig:
     muon_weight_decay: float = 0.0
     muon_ns_steps: int = 5
     cooldown_fraction: float = 0.2
+    sampling: str = "random"
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
@@ -131,7 +138,7 @@ class TrainConfig:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
                 raise ValueError(f"{name}={value!r} must be a number in [0, 1)")
         for name, allowed in (("schedule", SCHEDULES), ("mixed_precision", PRECISIONS),
-                              ("optimizer", OPTIMIZERS)):
+                              ("optimizer", OPTIMIZERS), ("sampling", SAMPLINGS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not supported; allowed values: "
                                  f"{', '.join(map(repr, allowed))}")
@@ -346,6 +353,8 @@ class Trainer:
         block_size = c.block_size or getattr(getattr(model, "config", None), "max_seq_len", None)
         self.train_source = DataSource(train_data, block_size)
         self.val_source = DataSource(val_data, block_size) if val_data is not None else None
+        if c.sampling == "epoch":
+            self.train_source.sample_at(1, 0, c.seed)  # at the door: a stream too short for one epoch
         # Checks at the door: the data's values are checked here, once, with the model's own
         # messages; the steps then run the model inside inputs_checked (no host read per step).
         self._lazy_data = [s for s in (self.train_source, self.val_source) if s is not None
@@ -455,7 +464,12 @@ class Trainer:
         # Every micro-batch is drawn first (the same draws, in the same order, as one at a time),
         # so the step's total number of real targets is known before the first backward pass.
         # subtle: every rank draws the same global batches, so each knows the global count.
-        batches = [self.train_source.sample(c.batch_size, self.generator) for _ in range(c.grad_accum_steps)]
+        if c.sampling == "epoch":  # window numbers follow from the step: nothing to save for a resume
+            first = self.step * c.grad_accum_steps * c.batch_size
+            batches = [self.train_source.sample_at(c.batch_size, first + micro * c.batch_size, c.seed)
+                       for micro in range(c.grad_accum_steps)]
+        else:
+            batches = [self.train_source.sample(c.batch_size, self.generator) for _ in range(c.grad_accum_steps)]
         if self.train_source in self._lazy_data:
             for batch in batches:
                 check_batch(self.model, batch)

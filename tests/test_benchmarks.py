@@ -169,6 +169,9 @@ def test_host_syncs_benchmark_counts_at_most_one_read_per_step_and_token(tmp_pat
     # a repeated --set adds to the first (argparse's default keeps only the last, silently)
     ("train_budget.py", ["--steps", "1", "--set", "d_model=7", "--set", "lr=1e-3"], "--set: "),
     ("train_budget.py", ["--steps", "1", "--recipe", "fastest", "--recipe", "ours"], "argument --recipe"),
+    ("train_budget.py", ["--steps", "1", "--recipe", "record+samplin=random"], "unknown field 'samplin'"),
+    ("train_budget.py", ["--steps", "1", "--recipe", "ours", "record+sampling=shuffle"],
+     "sampling='shuffle' is not supported"),
     ("train_budget.py", ["--steps", "1", "--recipe", "fastest"], "argument --recipe"),
     ("train_budget.py", ["--steps", "1", "--seeds", "0"], "argument --seeds"),
     ("train_budget.py", ["--steps", "1", "--recipe", "baseline", "--compare"], "--compare trains the baseline next"),
@@ -235,6 +238,22 @@ def test_cli_recipe_trains_what_the_benchmark_trains(tmp_path):
     cli = json.loads(proc.stdout.strip().splitlines()[-1])
     assert cli["parameters"] == bench["record"]["params"]
     assert round(cli["val_loss"], 4) == bench["record"]["val_loss"][0]
+
+
+def test_a_recipe_variant_is_the_recipe_with_its_overrides(tmp_path):
+    """`--recipe NAME+FIELD=VALUE` trains NAME with that field changed, beside other recipes in one
+    run (how a candidate is measured against the recipe it changes): the same loss as `--set`
+    gives, and the first recipe's comparison with the variant in `versus`."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("To be, or not to be, that is the question.\n" * 300, encoding="utf-8")
+    common = ("--corpus", str(corpus), "--steps", "3", "--threads", "1")
+    both = run_script("train_budget.py", *common, "--recipe", "ours", "ours+lr=0.01+sampling='epoch'",
+                      tmp_path=tmp_path)
+    alone = run_script("train_budget.py", *common, "--recipe", "ours", "--set", "lr=0.01", "sampling=epoch",
+                       tmp_path=tmp_path)
+    variant = "ours+lr=0.01+sampling='epoch'"
+    assert both["recipes"] == ["ours", variant] and set(both["versus"]) == {variant}
+    assert both[variant]["val_loss"] == alone["ours"]["val_loss"] != both["ours"]["val_loss"]
 
 
 def test_ablations_are_consistent():

@@ -32,29 +32,29 @@ import torch
 from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.training import TrainConfig, Trainer
 
-def make_trainer(optimizer="adamw"):
+def make_trainer(optimizer="adamw", sampling="random"):
     torch.manual_seed(0)
     model = Transformer(TransformerConfig(vocab_size=16, d_model=32, num_heads=2, num_layers=1,
                                           max_seq_len=16, dropout=0.1))
     ids = torch.randint(16, (3000,), generator=torch.Generator().manual_seed(0))
     cfg = TrainConfig(max_steps=8, warmup_steps=2, batch_size=4, progress=False, device="cpu",
-                      eval_interval=4, lr=3e-3, optimizer=optimizer)
+                      eval_interval=4, lr=3e-3, optimizer=optimizer, sampling=sampling)
     return Trainer(model, ids[:2500], ids[2500:], cfg)
 """
 
 
-def make_trainer(optimizer="adamw"):
+def make_trainer(optimizer="adamw", sampling="random"):
     namespace = {}
     exec(SETUP, namespace)  # noqa: S102 (our own constant source)
-    return namespace["make_trainer"](optimizer)
+    return namespace["make_trainer"](optimizer, sampling)
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_exact_resume_in_a_new_process(tmp_path, optimizer):
-    full = make_trainer(optimizer)
+@pytest.mark.parametrize("optimizer,sampling", [("adamw", "random"), ("muon", "random"), ("adamw", "epoch")])
+def test_exact_resume_in_a_new_process(tmp_path, optimizer, sampling):
+    full = make_trainer(optimizer, sampling)
     full.fit()  # 2N = 8 steps uninterrupted
 
-    half = make_trainer(optimizer)
+    half = make_trainer(optimizer, sampling)
     half.fit(steps=4)  # N steps, then save
     tok = CharacterTokenizer.from_text("abc")
     save_checkpoint(tmp_path / "ckpt", half.model, tokenizer=tok, trainer=half, extra={"note": "half"})
@@ -62,7 +62,7 @@ def test_exact_resume_in_a_new_process(tmp_path, optimizer):
     script = tmp_path / "resume.py"
     script.write_text(SETUP + textwrap.dedent(f"""
         from fundamentallm.checkpoint import CheckpointError, check_output_dir, load_checkpoint, save_checkpoint
-        trainer = make_trainer({optimizer!r})
+        trainer = make_trainer({optimizer!r}, {sampling!r})
         ckpt = load_checkpoint({str(tmp_path / "ckpt")!r}, model=trainer.model, trainer=trainer)
         assert ckpt.step == 4 and ckpt.extra == {{"note": "half"}} and ckpt.tokenizer.vocab_size == 5
         trainer.fit()

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from fundamentallm import Transformer, TransformerClassifier, TransformerConfig
-from fundamentallm.data import TextDataset, digit_operations
+from fundamentallm.data import DataSource, TextDataset, digit_operations
 from fundamentallm.training import (
     TrainConfig,
     Trainer,
@@ -69,7 +69,7 @@ def test_lr_schedules_known_values():
 @pytest.mark.parametrize("field,value", [("lr", 0), ("schedule", "linear"), ("batch_size", 0),
                                          ("mixed_precision", "fp8"), ("label_smoothing", 1.0),
                                          ("betas", (0.9, 1.5)), ("grad_accum_steps", 1.5),
-                                         ("device", "tpu"), ("progress", "no")])
+                                         ("device", "tpu"), ("progress", "no"), ("sampling", "shuffle")])
 def test_train_config_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         TrainConfig(**{field: value})
@@ -161,6 +161,55 @@ def test_fit_in_two_parts_equals_one_fit():
     assert b.step == 2
     b.fit()
     assert a.history["train_loss"] == b.history["train_loss"]
+
+
+def test_epoch_sampling_makes_every_token_a_target_once_per_epoch():
+    """sampling="epoch": one epoch's windows (drawn by the trainer, in batches that straddle the
+    epoch's end) have every token but at most 2·block_size at the stream's ends as a target
+    exactly once, the next epoch a different order and offset; random sampling repeats some
+    windows and misses others."""
+    ids = torch.arange(1000)  # a token's id is its position
+    t = Trainer(tiny_model(vocab_size=1000), ids, None, config(sampling="epoch", batch_size=7, max_steps=40))
+    n, T = t.train_source.epoch_size(), 16
+    assert n == (1000 - T) // T
+    seen = []
+    for _ in range(2 * n // 7 + 1):
+        seen.append(t.train_source.sample_at(7, len(seen) * 7, t.config.seed)[1])
+    targets = torch.cat(seen).reshape(-1, T)
+    first, second = targets[:n].flatten(), targets[n:2 * n].flatten()
+    for epoch in (first, second):
+        assert len(epoch.unique()) == len(epoch) == n * T >= 1000 - 2 * T
+    assert not torch.equal(targets[:n], targets[n:2 * n])
+    # the trainer draws exactly these windows, step after step
+    calls = []
+    t.train_source.sample_at = lambda *args: calls.append(args) or (ids[:7 * T].view(7, T), ids[1:7 * T + 1].view(7, T))
+    t.fit(steps=3)
+    assert calls == [(7, 0, 0), (7, 7, 0), (7, 14, 0)]
+    starts = DataSource(ids, T).sample(n, torch.Generator().manual_seed(0))[0][:, 0]
+    assert len(starts.unique()) < n  # random windows (nanoGPT's) repeat some starts within an epoch's worth
+
+
+def test_epoch_sampling_resumes_and_repeats():
+    """The same seed, the same epoch-sampled history; fit in two parts equals one fit (the window
+    numbers follow from the step); a dataset of examples is sampled by epochs too."""
+    a = Trainer(tiny_model(), stream(300), None, config(sampling="epoch", max_steps=12))
+    a.fit()  # 12 steps x 4 windows = 48 > one epoch of 17 windows
+    b = Trainer(tiny_model(), stream(300), None, config(sampling="epoch", max_steps=12))
+    b.fit(steps=5)
+    b.fit()
+    assert a.history["train_loss"] == b.history["train_loss"]
+    c = Trainer(tiny_model(), stream(300), None, config(sampling="epoch", max_steps=12, seed=1))
+    c.fit()
+    assert c.history["train_loss"] != a.history["train_loss"]
+    for bad in (dict(batch_size=0), dict(first=-1), dict(seed=1.5)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            a.train_source.sample_at(**{"batch_size": 4, "first": 0, "seed": 0, **bad})
+    with pytest.raises(ValueError, match="without replacement: it needs at least 32"):
+        Trainer(tiny_model(), stream(20), None, config(sampling="epoch")).fit(steps=1)
+    x = torch.randint(VOCAB, (10, 8))
+    d = Trainer(tiny_model(), (x, x), None, config(sampling="epoch", batch_size=5))
+    rows = torch.cat([d.train_source.sample_at(5, i, 0)[0] for i in (0, 5)])
+    assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, x.tolist()))
 
 
 def test_bad_data_is_reported():
