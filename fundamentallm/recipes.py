@@ -88,7 +88,8 @@ RECIPES: dict[str, dict[str, dict[str, Any]]] = {
     # Weight decay on the Muon matrices (0.15) and a higher AdamW rate: python-docs, 3.7 passes
     # over its training text in this budget, overfits without the decay. Windows drawn without
     # replacement (sampling="epoch"): nanoGPT's random windows leave about e^-1.5 = 22% of Tiny
-    # Shakespeare's training text unseen after its 1.5 passes; here every token is seen once a pass.
+    # Shakespeare's training text unseen after its 1.5 passes; here every token (but the text's ends)
+    # is seen once a pass.
     "record": dict(
         model=dict(d_model=144, num_heads=6, num_layers=3, d_ff=368, norm="rmsnorm", pos_encoding="rope",
                    activation="swiglu", bias=False, tie_weights=False, qk_norm=True, value_embeddings=True,

@@ -63,7 +63,8 @@ class TrainConfig:
     (nanoGPT's ``get_batch``): after ``k`` passes' worth of tokens a share of about ``e^-k`` of
     the text has never been a target. ``"epoch"`` draws without replacement
     (:meth:`~fundamentallm.data.DataSource.sample_at`): each epoch visits non-overlapping windows
-    at a random offset in a random order, so every token is a target once per epoch."""
+    at a random offset in a random order, so every token (but at most ``2·block_size`` at the
+    stream's ends) is a target once per epoch."""
 
     lr: float = 1e-3
     min_lr: Optional[float] = None
