@@ -28,6 +28,7 @@ from . import (
 from .core import (
     CHECKS,
     FORBIDDEN,
+    SELF_CHECK,
     CheckFailed,
     NotAttempted,
     assert_same,
@@ -36,6 +37,7 @@ from .core import (
     rng,
     strict,
 )
+from .wrong import WRONG_ANSWERS, catches
 
 _CHAPTERS = (ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14, ch15)
 # Re-export every public check (and the constants the book quotes) at package level.
@@ -45,7 +47,7 @@ for _module in _CHAPTERS:
             globals()[_name] = getattr(_module, _name)
 del _module, _name
 
-__all__ = ["CHECKS", "FORBIDDEN", "CheckFailed", "NotAttempted", "assert_same", "check_shape",
+__all__ = ["CHECKS", "FORBIDDEN", "SELF_CHECK", "WRONG_ANSWERS", "catches", "CheckFailed", "NotAttempted", "assert_same", "check_shape",
            "exercise_check", "rng", "strict"] + sorted(
     name for name in CHECKS
 )

@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 
 from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .wrong import wrong_answer
 
 
 @exercise_check(forbidden=("torch.softmax",))
@@ -178,3 +179,22 @@ def check_permutation_prediction(permutation_prediction) -> str:
         raise CheckFailed("queries: output row i depends only on q_i (and all keys and values); "
                           "moving q_i to another row moves its output row with it")
     return "attention treats its keys as a set and its queries one by one"
+
+
+# --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 02) ------
+
+wrong_answer("check_softmax_rows", "mistake", "exp without subtracting the row max (overflows on large scores)", """
+def softmax_rows(x):
+    e = torch.exp(x)
+    return e / e.sum(-1, keepdim=True)
+""", call="softmax_rows", message=r"NaN|overflow")
+wrong_answer("check_softmax_rows", "mistake", "normalises over the first dimension, not the last", """
+def softmax_rows(x):
+    e = torch.exp(x - x.amax(0, keepdim=True))
+    return e / e.sum(0, keepdim=True)
+""", call="softmax_rows", message=r"softmax of")
+wrong_answer("check_softmax_rows", "method", "calls torch's softmax under another name", """
+from torch.nn.functional import softmax as my_normaliser
+def softmax_rows(x):
+    return my_normaliser(x, dim=-1)
+""", call="softmax_rows", message=r"softmax")

@@ -38,6 +38,9 @@ import torch
 
 CHECKS: dict[str, Callable[..., bool]] = {}
 FORBIDDEN: dict[str, tuple[str, ...]] = {}  # check name -> the calls its exercise forbids
+# Checks of self-check items (predictions with two or three choices): their messages may explain
+# the answer freely and they count no marks (the grade table gives them their own column).
+SELF_CHECK: set[str] = set()
 
 
 class CheckFailed(AssertionError):
@@ -410,7 +413,7 @@ def _verdict(fn: Callable, forbidden: tuple[str, ...], pure: bool, may_return_no
 
 
 def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidden: tuple[str, ...] = (),
-                   pure: bool = True, may_return_none: bool = False) -> Any:
+                   pure: bool = True, may_return_none: bool = False, self_check: bool = False) -> Any:
     """Turn ``fn`` (which raises :class:`CheckFailed` or returns an optional detail string) into
     a student-facing check: stubs and crashes become clear messages; success prints one line.
 
@@ -430,12 +433,15 @@ def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidd
       an exercise whose function is meant to work in place.
     * ``may_return_none`` (default False): a ``None`` result fails the check ("did you forget to
       return?") unless ``None`` is a valid answer of the exercise.
+    * ``self_check`` (default False): the item is a self-check (a prediction with two or three
+      choices, guessable by trial and error): its message may state the answer, and it counts no
+      marks (:data:`SELF_CHECK`). A graded check's message names what to rethink, never the answer.
     """
     if isinstance(forbidden, str):
         raise TypeError(f"forbidden must be a tuple of dotted names, got the string {forbidden!r}")
     if fn is None:
         return functools.partial(exercise_check, forbidden=tuple(forbidden), pure=pure,
-                                 may_return_none=may_return_none)
+                                 may_return_none=may_return_none, self_check=self_check)
     forbidden = tuple(forbidden)
     for name in forbidden:
         _resolve(name)  # fail at import time on a typo
@@ -453,8 +459,11 @@ def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidd
         return None if in_ipython() else True
 
     wrapper.forbidden = forbidden  # type: ignore[attr-defined]
+    wrapper.self_check = self_check  # type: ignore[attr-defined]
     CHECKS[fn.__name__] = wrapper
     FORBIDDEN[fn.__name__] = forbidden
+    if self_check:
+        SELF_CHECK.add(fn.__name__)
     return wrapper
 
 

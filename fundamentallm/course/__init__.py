@@ -9,6 +9,7 @@ Usage::
                                          [--resume] [--seed N]
     python -m fundamentallm.course nbgrader OUT_DIR [--root .] [--points 1]
     python -m fundamentallm.course colab-edition colab [--root .]   (see course/colab.py)
+    python -m fundamentallm.course catches [--chapter NN] [--json]   (what each check rejects)
 
 Everything that decides a mark is read from the book (``_toc.yml`` and the chapter notebooks),
 never from a submission. See book/instructors.md.
@@ -99,8 +100,26 @@ def main(argv: Optional[list[str]] = None) -> int:
                                                "it into book/instructors.md")
     t.add_argument("--write", action="store_true", help="rewrite the table between the markers of book/instructors.md")
     t.add_argument("--root", type=Path, default=None, help="the book's root (holds _toc.yml)")
+    k = sub.add_parser("catches", help="run each check's table of wrong answers and print what it catches, "
+                                       "with the message a student reads")
+    k.add_argument("--chapter", default=None, help="one chapter (02, 2, ...); default: all")
+    k.add_argument("--json", action="store_true", help="one JSON object per wrong answer, one per line")
     args = parser.parse_args(argv)
     try:
+        if args.command == "catches":
+            import json
+
+            from ..checks.wrong import catches, format_table
+
+            if args.chapter is not None and not (args.chapter.isdigit() and 1 <= int(args.chapter) <= 99):
+                raise ValueError(f"--chapter={args.chapter!r} must be a chapter number such as 02")
+            results = catches(args.chapter)
+            if args.json:
+                for r in results:
+                    print(json.dumps(r.as_dict()))
+            else:
+                print(format_table(results), end="")
+            return 0 if all(r.rejected and r.message_ok for r in results) else 1
         if args.command == "exercise-table":
             from .book import default_root, exercise_table, write_exercise_table
 
