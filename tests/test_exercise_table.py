@@ -29,9 +29,11 @@ def test_the_stored_table_equals_the_generated_one():
 def _notebook():
     nb = nbformat.v4.new_notebook()
     answer = nbformat.v4.new_code_cell("x = None  # your prediction", metadata={
-        "tags": ["answer"], "exercise": {"difficulty": 2, "minutes": 15}})
+        "tags": ["answer"], "exercise": {"difficulty": 2, "minutes": 15, "rubric": "full marks: says why"}})
+    check = nbformat.v4.new_code_cell("checks.check_softmax_rows(x)\nchecks.check_softmax_rows(x)",
+                                      metadata={"tags": ["check"]})
     nb.cells = [nbformat.v4.new_markdown_cell(":::{exercise} Count it\n:label: ch99-ex1\n:class: accounting\n\nText.\n:::"),
-                answer,
+                answer, check,
                 nbformat.v4.new_markdown_cell(":::{exercise} No metadata yet\n:label: ch99-ex2\n\nText.\n:::")]
     return nb
 
@@ -40,7 +42,23 @@ def test_kind_difficulty_and_minutes_come_from_the_notebook():
     first, second = exercise_infos(_notebook(), "99_x")
     assert (first.label, first.title, first.kind, first.difficulty, first.minutes) == (
         "ch99-ex1", "Count it", "accounting", 2, 15)
-    assert (second.kind, second.difficulty, second.minutes) == (None, None, None)
+    assert (first.rubric, first.checks) == ("full marks: says why", ("check_softmax_rows",))
+    assert (second.kind, second.difficulty, second.minutes, second.rubric, second.checks) == (
+        None, None, None, None, ())
+
+
+def test_the_table_counts_every_chapter_of_the_toc_and_lists_the_rubrics():
+    from fundamentallm.course.book import book_exercise_infos, toc_files
+
+    table = exercise_table(ROOT)
+    chapters = [Path(n).name for n in toc_files(ROOT) if Path(n).name[:2].isdigit()]
+    infos = book_exercise_infos(ROOT)
+    assert f"{len(infos)} exercises in {len(chapters)} chapters" in table
+    for chapter in chapters:
+        assert f"| {{doc}}`{chapter}` | {sum(i.chapter == chapter for i in infos)} |" in table
+    for info in infos:
+        if info.rubric:
+            assert f"{{ref}}`{info.label}` ({info.title}): {info.rubric}" in table
 
 
 def test_writing_replaces_only_the_text_between_the_markers(tmp_path):

@@ -284,7 +284,8 @@ TABLE_END = "<!-- exercise-table:end -->"
 @dataclass
 class ExerciseInfo:
     """What an instructor needs to know of one exercise, read from the notebook: the directive's
-    label, title and ``:class:`` (its kind), and the answer cell's ``exercise`` metadata."""
+    label, title and ``:class:`` (its kind), the answer cell's ``exercise`` metadata (difficulty,
+    minutes, the rubric of its open part) and the checks its check cell calls."""
 
     chapter: str
     label: str
@@ -292,11 +293,16 @@ class ExerciseInfo:
     kind: Optional[str]
     difficulty: Optional[int]
     minutes: Optional[int]
+    rubric: Optional[str] = None
+    checks: tuple = ()
+
+
+_CHECK_CALL = re.compile(r"\bcheck_[A-Za-z0-9_]+")
 
 
 def exercise_infos(nb, chapter: str = "") -> list[ExerciseInfo]:
-    """The exercises of a notebook in order, with their kind, difficulty and minutes (None where
-    the notebook does not declare them)."""
+    """The exercises of a notebook in order, with their kind, difficulty, minutes, rubric and
+    checks (None or empty where the notebook does not declare them)."""
     found: list[ExerciseInfo] = []
     for cell in nb.cells:
         if cell.cell_type == "markdown" and "{exercise}" in cell.source:
@@ -310,6 +316,10 @@ def exercise_infos(nb, chapter: str = "") -> list[ExerciseInfo]:
             meta = cell.get("metadata", {}).get("exercise", {})
             found[-1].difficulty = meta.get("difficulty", found[-1].difficulty)
             found[-1].minutes = meta.get("minutes", found[-1].minutes)
+            found[-1].rubric = meta.get("rubric", found[-1].rubric)
+        elif cell.cell_type == "code" and CHECK_TAG in _tags(cell) and found:
+            names = tuple(dict.fromkeys(_CHECK_CALL.findall(cell.source)))
+            found[-1].checks = tuple(dict.fromkeys(found[-1].checks + names))
     return found
 
 
@@ -324,21 +334,55 @@ def book_exercise_infos(root: Optional[Path] = None) -> list[ExerciseInfo]:
     return infos
 
 
+def _marks(info: ExerciseInfo, self_check: set) -> str:
+    """'graded', 'self-check' or 'graded + self-check' (an exercise with a checked prediction
+    that counts nothing beside a graded part); '—' without a check."""
+    if not info.checks:
+        return "—"
+    kinds = {"self-check" if c in self_check else "graded" for c in info.checks}
+    return " + ".join(sorted(kinds))
+
+
 def exercise_table(root: Optional[Path] = None) -> str:
-    """The Markdown table of every exercise: chapter, exercise, kind, difficulty, minutes."""
+    """The Markdown tables of every exercise (chapter, exercise, kind, difficulty, minutes, marks,
+    wrong answers its checks reject), a count per chapter, and the rubric of every open part."""
+    from ..checks import SELF_CHECK, WRONG_ANSWERS
+
     def cell(value, fmt=str):
         return "—" if value is None else fmt(value)
 
-    lines = ["| Chapter | Exercise | Title | Kind | Difficulty | Minutes |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    wrong: dict[str, int] = {}
+    for w in WRONG_ANSWERS:
+        wrong[w.check] = wrong.get(w.check, 0) + 1
+    lines = ["| Chapter | Exercise | Title | Kind | Difficulty | Minutes | Marks | Wrong answers caught |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     infos = book_exercise_infos(root)
     for info in infos:
+        caught = sum(wrong.get(c, 0) for c in info.checks)
         lines.append(f"| {{doc}}`{info.chapter}` | {{ref}}`{info.label}` | {info.title} | "
                      f"{cell(info.kind)} | {cell(info.difficulty, lambda d: '★' * int(d))} | "
-                     f"{cell(info.minutes)} |")
+                     f"{cell(info.minutes)} | {_marks(info, SELF_CHECK)} | {caught} |")
     total = sum(i.minutes for i in infos if i.minutes is not None)
-    lines.append(f"\n{len(infos)} exercises, about {total / 60:.0f} hours of work in all (the minutes "
-                 f"declared by each exercise).")
+    graded = sum("graded" in _marks(i, SELF_CHECK) for i in infos)
+    chapters = list(dict.fromkeys(i.chapter for i in infos))
+    lines.append(f"\n{len(infos)} exercises in {len(chapters)} chapters, about {total / 60:.0f} hours of work "
+                 f"in all (the minutes declared by each exercise); {graded} carry marks. *Wrong answers "
+                 f"caught* counts the plausible wrong answers declared for the exercise's checks; "
+                 f"`python -m fundamentallm.course catches` runs each of them live and prints the "
+                 f"message a student reads.\n")
+    lines += ["| Chapter | Exercises | Graded | Self-check only | Warm-up | Minutes |", "| --- | --- | --- | --- | --- | --- |"]
+    for chapter in chapters:
+        mine = [i for i in infos if i.chapter == chapter]
+        lines.append(f"| {{doc}}`{chapter}` | {len(mine)} | {sum('graded' in _marks(i, SELF_CHECK) for i in mine)} | "
+                     f"{sum(_marks(i, SELF_CHECK) == 'self-check' for i in mine)} | "
+                     f"{sum(i.kind == 'warm-up' for i in mine)} | {sum(i.minutes or 0 for i in mine)} |")
+    rubrics = [i for i in infos if i.rubric]
+    if rubrics:
+        lines += ["", "(instructors-rubrics)=", "### Rubrics of the open parts", "",
+                  "The checks judge code and predictions; the written part of these exercises (an "
+                  "explanation, a why) is yours to mark. The rubric is the exercise author's, from the "
+                  "answer cell's metadata.", ""]
+        lines += [f"- {{ref}}`{i.label}` ({i.title}): {i.rubric}" for i in rubrics]
     return "\n".join(lines) + "\n"
 
 
