@@ -15,6 +15,7 @@ from fundamentallm.course import main
 from fundamentallm.course.colab import (
     EDITION_DIR,
     GENERATED,
+    MYST_LEFTOVERS,
     Renderer,
     _colab_button,
     cells_sha256,
@@ -32,8 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EDITION = ROOT / EDITION_DIR
 REGENERATE = (f"python -m fundamentallm.course colab-edition {EDITION_DIR}` (it refuses to write over a "
               f"notebook someone edited, and says which; students work in work/, which `python3 start.py` fills)")
-MYST = [r"\{eq\}`", r"\{cite(:\w+)?\}`", r"\{(ref|numref|doc)\}`", r"^\s*(`{3,}|:{3,})\{[\w-]+\}",
-        r"\$\$\s*\([\w:.-]+\)", r"^\([\w:.-]+\)=\s*$", r"^\s*:(label|class|name):"]
+MYST = MYST_LEFTOVERS
 
 
 @pytest.fixture(scope="module")

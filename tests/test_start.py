@@ -309,3 +309,58 @@ def test_start_opens_its_own_jupyterlab_whose_kernel_is_the_venvs_python(tmp_pat
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
+
+
+# --- every command of the README, on a student's answer ---------------------------------------------
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+READ_ONLY = {"grade", "catches"}  # they read the book and the submissions; grade writes the CSVs named
+
+
+def test_no_readme_command_overwrites_a_students_answer(tmp_path, capsys):
+    """A student answers in work/ (and, out of old habit, in colab/); then the quick start runs
+    again, every writing command of the README runs, and a newer edition arrives: both answers are
+    intact, the newer chapter lies beside the changed one."""
+    from fundamentallm.course import main as course
+
+    clone = _clone(tmp_path, edition=False)
+    for name in ("_toc.yml", "_config.yml"):
+        shutil.copy(ROOT / name, clone / name)
+    shutil.copytree(ROOT / "book", clone / "book", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "_build"))
+    assert course(["colab-edition", str(clone / "colab"), "--root", str(clone)]) == 0
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["CI"] = "true"
+
+    def quick_start() -> str:  # `python3 start.py` with CI set: set up (done already), fill work/
+        proc = subprocess.run([sys.executable, str(clone / "start.py")], cwd=clone, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return proc.stdout
+
+    assert "copied the chapters to work/" in quick_start()
+    mine, in_colab = "def softmax_rows(x):\n    return 'mine'\n", clone / "colab" / "03_multi_head_attention.ipynb"
+    answer = clone / "work" / "02_attention_by_hand.ipynb"
+    _answer(answer, mine)
+    _answer(in_colab, "mine = 3\n")
+    ran = set()
+    quick_start()
+    capsys.readouterr()
+    assert course(["colab-edition", str(clone / "colab"), "--root", str(clone)]) == 2  # refuses: colab/03
+    assert "03_multi_head_attention.ipynb" in capsys.readouterr().err and _answer(in_colab) == "mine = 3\n"
+    assert course(["student-edition", str(clone / "student_edition"), "--root", str(clone), "--no-execute"]) == 0
+    assert course(["nbgrader", str(clone / "course"), "--root", str(clone)]) == 0
+    assert course(["exercise-table", "--write", "--root", str(clone)]) == 0
+    ran |= {"colab-edition", "student-edition", "nbgrader", "exercise-table"}
+    # a newer edition of chapter 2: the contributor regenerates (the colab/ answer moved out first)
+    shutil.copy(in_colab, clone / "work" / "03_mine.ipynb")
+    path = clone / "book" / "02_attention_by_hand.ipynb"
+    nb = json.loads(path.read_text())
+    nb["cells"][0]["source"] = "".join(nb["cells"][0]["source"]) + "\n\nRevised."
+    path.write_text(json.dumps(nb, indent=1))
+    assert course(["colab-edition", str(clone / "colab"), "--root", str(clone), "--force"]) == 0
+    out = quick_start()
+    assert "work/02_attention_by_hand.newer.ipynb" in out and "Revised." in (
+        clone / "work" / "02_attention_by_hand.newer.ipynb").read_text()
+    assert _answer(answer) == mine and _answer(clone / "work" / "03_mine.ipynb") == "mine = 3\n"
+    named = set(re.findall(r"python -m fundamentallm\.course ([\w-]+)", README))
+    assert named and named <= ran | READ_ONLY, named - ran - READ_ONLY

@@ -53,6 +53,9 @@ _LABELLED_EQ = re.compile(r"\$\$(?P<body>(?:(?!\$\$).)+?)\$\$[ \t]*\((?P<label>[
 _LATEX = {r"{\L}": "Ł", r"{\l}": "ł", r'{\"o}': "ö", r'{\"u}': "ü", r'{\"a}': "ä", r"{\'e}": "é",
           r"{\'a}": "á", r"{\`e}": "è", r"{\c{c}}": "ç", r"{\ss}": "ß", r"\&": "&"}
 _CHAPTER_FILE = re.compile(r"\d\d_\w+")  # a chapter's file name, without .ipynb
+# MyST markup that must not be left in a rendered notebook (the tests search every Markdown cell)
+MYST_LEFTOVERS = [r"\{eq\}`", r"\{cite(:\w+)?\}`", r"\{(ref|numref|doc)\}`", r"^\s*(`{3,}|:{3,})\{[\w-]+\}",
+                  r"\$\$\s*\([\w:.-]+\)", r"^\([\w:.-]+\)=\s*$", r"^\s*:(label|class|name):"]
 ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention", "danger",
                "error", "seealso", "admonition"}
 
