@@ -364,3 +364,31 @@ def test_no_readme_command_overwrites_a_students_answer(tmp_path, capsys):
     assert _answer(answer) == mine and _answer(clone / "work" / "03_mine.ipynb") == "mine = 3\n"
     named = set(re.findall(r"python -m fundamentallm\.course ([\w-]+)", README))
     assert named and named <= ran | READ_ONLY, named - ran - READ_ONLY
+
+
+# --- README's figures -----------------------------------------------------------------------------
+
+def _collected(*args: str) -> int:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    m = re.search(r"(\d+) tests? collected", proc.stdout)
+    assert m, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return int(m.group(1))
+
+
+def test_readme_figures_match_the_repository():
+    """The chapter count (the toc's NN_name notebooks), the test count (pytest collects it, within
+    10 %), the browser tests that `start.py test` skips, and the chapter times quoted from
+    benchmarks/README.md (the stored benchmark); the test order is random, not "unit tests, then"."""
+    chapters = re.findall(r"^\s*- file: book/\d\d_\w+\s*$", (ROOT / "_toc.yml").read_text(), flags=re.M)
+    assert f"The book has {len(chapters)} chapters" in README
+    claimed = int(re.search(r"collects about ([\d,]+)\s+tests", README).group(1).replace(",", ""))
+    total = _collected()
+    assert abs(claimed - total) <= 0.1 * total, f"README says about {claimed} tests; pytest collects {total}"
+    browser = int(re.search(r"the (\d+) browser tests", README).group(1))
+    assert browser == _collected("tests/test_browser.py")
+    assert re.search(rf"skips {browser + 1} tests", README)  # and the one CUDA-only test
+    bench = (ROOT / "benchmarks" / "README.md").read_text()
+    m = re.search(r"executing the\s+(\d+) chapters of then took (\d+) s .*?the longest ([\d.]+) s", README, flags=re.S)
+    assert m and re.search(rf"{m.group(2)} s for the {m.group(1)} chapters, the longest {m.group(3)} s", bench)
+    assert "then every chapter" not in README and "random order" in README
