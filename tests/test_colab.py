@@ -102,6 +102,18 @@ BIB = """
 """
 
 
+def test_the_grader_finds_every_answer_in_the_edition(rendered):
+    """Students answer in this edition (work/, Colab): the grader finds each exercise's answer cell
+    by its label, which the statement keeps in an HTML comment (hidden in every viewer)."""
+    from fundamentallm.course import book_chapters
+    from fundamentallm.course.grading import submitted_code
+
+    for chapter in book_chapters(ROOT):
+        nb = nbformat.reads(rendered[chapter.path.name], as_version=4)
+        for ex in chapter.exercises:
+            assert (submitted_code(nb, ex.label) or "").strip() == ex.answer.strip(), (chapter.name, ex.label)
+
+
 def test_bibliography_and_citations():
     bib = parse_bib(BIB)
     assert set(bib) == {"Ba2016", "Zhang2019", "Kaiser2020"}
@@ -136,7 +148,7 @@ def test_renderer_on_each_construct(tmp_path):
     r = Renderer(targets, parse_bib(BIB), path.parent)
     cells = [r.markdown(c.source) for c in nbformat.read(path, as_version=4).cells]
     assert cells[1] == "$$\na = b\n\\tag{5.1}\n$$\n\n$$ c $$\n\n$$\nd\n\\tag{5.2}\n$$"
-    assert cells[2] == "### Exercise 5.1: Do it\n\nProve (5.2) and (5.1)."
+    assert cells[2] == "### Exercise 5.1: Do it\n\nProve (5.2) and (5.1).\n\n<!-- {exercise} :label: ex-a -->"
     assert cells[3].startswith("![a diagram](data:image/svg+xml;base64,")
     assert cells[3].endswith("*Figure 5.1: The caption.*\n\nSee Figure 5.1.")
     assert cells[4] == "> **Note**\n>\n> Mind (Ba et al., 2016; Zhang and Sennrich, 2019)."

@@ -159,6 +159,12 @@ def test_the_jupyter_edition_has_every_chapter_no_myst_and_no_solution(edition):
         checks = [i for i, c in enumerate(nb.cells) if "check" in c.metadata.get("tags", [])]
         assert checks and all("answer" in nb.cells[i - 1].metadata.get("tags", []) for i in checks), path.name
         assert nb.cells[0].source.startswith(f"# {int(path.name[:2])}. ") and "student edition" in nb.cells[1].source
+    from fundamentallm.course import book_chapters
+    from fundamentallm.course.grading import submitted_code
+
+    for chapter in book_chapters(ROOT):  # the grader finds every answer cell by its label
+        nb = nbformat.read(edition / "colab" / chapter.path.name, as_version=4)
+        assert all((submitted_code(nb, ex.label) or "").strip() == ex.answer.strip() for ex in chapter.exercises)
 
 
 def test_the_colab_button_opens_a_file_the_edition_holds(edition):

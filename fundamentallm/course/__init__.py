@@ -142,9 +142,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         elif args.command == "student-edition":
             written = student_edition(args.out_dir, args.root, args.repository, execute=not args.no_execute,
                                       force=args.force)
-            jupyter = [p for p in written if p.parent.name == "colab"]
-            print(f"wrote {len(written) - len(jupyter)} student notebooks to {args.out_dir}/book (the book's "
-                  f"sources) and their Jupyter edition to {args.out_dir}/colab ({len(jupyter)} chapters)")
+            jupyter = len(list((Path(args.out_dir) / "colab").glob("*.ipynb")))
+            print(f"wrote {len(written)} student notebooks to {args.out_dir}/book (the book's sources) "
+                  f"and their Jupyter edition to {args.out_dir}/colab ({jupyter} chapters)")
         elif args.command == "nbgrader":
             written = nbgrader_export(args.out_dir, args.root, points=args.points)
             print(f"wrote {len(written)} nbgrader assignments to {args.out_dir}/source")

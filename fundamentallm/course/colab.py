@@ -262,7 +262,10 @@ class Renderer:
         body = self.blocks(body)
         if name == "exercise":
             num = self.number(options["label"], "exercise") if "label" in options else "?"
-            return f"### Exercise {num}" + (f": {arg}" if arg else "") + f"\n\n{body}"
+            # the label, hidden from readers, is what the grader finds the answer by
+            # (fundamentallm.course.grading.submitted_code): work done in this edition is graded
+            mark = f"\n\n<!-- {{exercise}} :label: {options['label']} -->" if "label" in options else ""
+            return f"### Exercise {num}" + (f": {arg}" if arg else "") + f"\n\n{body}{mark}"
         if name in ("solution-start", "solution-end"):
             return ""  # the gated markers: handled cell by cell in render_notebook
         if name == "solution" or name == "dropdown" or options.get("class", "") == "dropdown":

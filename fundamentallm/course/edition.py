@@ -112,8 +112,8 @@ def _student_note(n: int) -> str:
 def student_edition(out_dir: Path, root: Path = Path("."), repository: Optional[str] = None,
                     execute: bool = True, force: bool = False) -> list[Path]:
     """Write the student edition of the book in ``root`` to ``out_dir`` as a buildable book, with
-    the chapters' Jupyter edition in ``out_dir/colab``. Returns the written notebooks (the book's
-    and the Jupyter edition's). Refuses (``ValueError``, nothing written) to write over a notebook
+    the chapters' Jupyter edition in ``out_dir/colab``. Returns the book's written notebooks.
+    Refuses (``ValueError``, nothing written) to write over a notebook
     edited since it was generated, unless ``force``."""
     root, out_dir = Path(root), Path(out_dir)
     if out_dir.resolve() == root.resolve():
@@ -159,6 +159,7 @@ def student_edition(out_dir: Path, root: Path = Path("."), repository: Optional[
             shutil.copytree(src, out_dir / extra, dirs_exist_ok=True)
         elif src.exists():
             shutil.copy(src, out_dir / extra)
-    # the Jupyter edition of the student notebooks (what the Colab button opens)
-    written += colab_edition(out_dir / EDITION_DIR, out_dir, force=True, note=_student_note)
+    # the Jupyter edition of the student notebooks (what the Colab button opens); its code cells
+    # are those of the notebooks above
+    colab_edition(out_dir / EDITION_DIR, out_dir, force=True, note=_student_note)
     return written
