@@ -138,10 +138,26 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)  # never a half-written notebook
 
 
+def generated(data: bytes) -> bool:
+    """Whether a notebook of the edition is the generator's output: its cells match the stamp the
+    generator put in it (fundamentallm.course.colab.stamp; the same SHA-256, computed here with
+    the standard library). A notebook edited in colab/ -- a student's answers -- is not."""
+    try:
+        nb = json.loads(data.decode("utf-8"))
+        recorded = nb["metadata"]["fundamentallm"]["generated"]
+        cells = [[c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"]]
+                 for c in nb["cells"]]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return hashlib.sha256(json.dumps(cells, ensure_ascii=False).encode("utf-8")).hexdigest() == recorded
+
+
 def sync_work(edition: Path = EDITION, work: Path = WORK) -> list[str]:
     """Copy the Jupyter edition into ``work``, never over a notebook the student changed;
     returns one line per thing done. ``work/.placed.json`` holds each notebook's SHA-256 as this
-    function wrote it: a file that no longer matches was changed by the student and is kept."""
+    function wrote it from the generated edition: a file that no longer matches was changed by the
+    student and is kept. A notebook someone edited in ``colab/`` (answers written there before
+    ``work/`` existed) is copied once, as the student's, and never replaced."""
     first = not work.exists()
     work.mkdir(parents=True, exist_ok=True)
     ledger_path = work / PLACED
@@ -152,16 +168,20 @@ def sync_work(edition: Path = EDITION, work: Path = WORK) -> list[str]:
     notes: list[str] = []
     for src in sorted(edition.glob("*.ipynb")):
         data = src.read_bytes()
-        new = _sha(data)
+        new, pristine = _sha(data), generated(data)
         dst = work / src.name
         if not dst.exists():
             _write(dst, data)
-            placed[dst.name] = new
-            if not first:
+            if pristine:
+                placed[dst.name] = new
+            else:
+                placed.pop(dst.name, None)
+                notes.append(f"work/{dst.name}: copied with the changes made in colab/{src.name} (your answers?)")
+            if pristine and not first:
                 notes.append(f"work/{dst.name}: new chapter")
             continue
-        if placed.get(dst.name) == new:
-            continue  # this edition is already here (changed by the student or not)
+        if not pristine or placed.get(dst.name) == new:
+            continue  # not an edition (someone's changes), or this edition is already here
         current = _sha(dst.read_bytes())
         if current == new:
             placed[dst.name] = new

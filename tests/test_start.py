@@ -131,13 +131,27 @@ def _answer(path: Path, text: str | None = None) -> str:
 
 
 def _edition(folder: Path, version: str) -> None:
+    """A generated edition of two chapters (stamped as the generator stamps them)."""
+    from fundamentallm.course.colab import stamp
+
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("01_a.ipynb", "02_b.ipynb"):
-        nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": f"# {name} {version}"},
+        nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": [f"# {name} ", version]},
                         {"cell_type": "code", "metadata": {"tags": ["answer"]}, "source": "x = None",
                          "outputs": [], "execution_count": None}],
               "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-        (folder / name).write_text(json.dumps(nb, indent=1))
+        (folder / name).write_text(json.dumps(stamp(nb), indent=1))
+
+
+def test_start_recognises_the_generators_stamp_without_the_package():
+    """start.py (standard library only) computes the generator's stamp itself: the same SHA-256."""
+    from fundamentallm.course.colab import render_edition
+
+    text = render_edition(ROOT)["02_attention_by_hand.ipynb"]
+    assert start.generated(text.encode())
+    nb = json.loads(text)
+    next(c for c in nb["cells"] if "answer" in c["metadata"].get("tags", []))["source"] = "mine = 1"
+    assert not start.generated(json.dumps(nb).encode()) and not start.generated(b"{}")
 
 
 def test_the_work_folder_keeps_every_change(tmp_path):
@@ -170,6 +184,21 @@ def test_the_work_folder_keeps_every_change(tmp_path):
     _edition(edition, "v4")
     start.sync_work(edition, work)
     assert _answer(work / "01_a.ipynb") == "x = 42  # mine"
+
+
+def test_answers_written_in_colab_move_to_work_and_stay_there(tmp_path):
+    """A student who answered in colab/ (before work/ existed): the first run copies those answers
+    to work/ and says so; a newer edition later goes beside them, never over them."""
+    edition, work = tmp_path / "colab", tmp_path / "work"
+    _edition(edition, "v1")
+    _answer(edition / "01_a.ipynb", "x = 7  # written in colab/")
+    notes = start.sync_work(edition, work)
+    assert any("copied with the changes made in colab/01_a.ipynb" in n for n in notes)
+    assert start.sync_work(edition, work) == []  # still edited in colab/: nothing more to do
+    _edition(edition, "v2")  # git restored and updated colab/
+    notes = start.sync_work(edition, work)
+    assert _answer(work / "01_a.ipynb") == "x = 7  # written in colab/"
+    assert "v2" in (work / "01_a.newer.ipynb").read_text() and "v2" in (work / "02_b.ipynb").read_text()
 
 
 def test_git_ignores_the_work_folder():
@@ -271,7 +300,7 @@ def test_start_opens_its_own_jupyterlab_whose_kernel_is_the_venvs_python(tmp_pat
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.loads(r.read() or b"null")
 
-    client = None
+    client, kernel = None, None
     try:
         deadline = time.monotonic() + 240
         while True:
@@ -289,7 +318,7 @@ def test_start_opens_its_own_jupyterlab_whose_kernel_is_the_venvs_python(tmp_pat
         kernel = api("/api/kernels", "POST", {"name": "python3"})
         client = jupyter_client.BlockingKernelClient()
         client.load_connection_file(str(runtime / f"kernel-{kernel['id']}.json"))
-        client.start_channels()
+        client.start_channels(hb=False)  # a heartbeat (1 s) can miss on a loaded machine: wait for replies
         client.wait_for_ready(timeout=180)
         out = []
         client.execute_interactive("import sys; print(sys.prefix)", timeout=120,
@@ -302,6 +331,11 @@ def test_start_opens_its_own_jupyterlab_whose_kernel_is_the_venvs_python(tmp_pat
     finally:
         if client is not None:
             client.stop_channels()
+        if kernel is not None:
+            try:
+                api(f"/api/kernels/{kernel['id']}", "DELETE")
+            except OSError:
+                pass
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
