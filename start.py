@@ -123,6 +123,9 @@ def set_up(role: str = "student", reinstall: bool = False) -> Path:
     if role == "all":
         run(*pip, "-r", "requirements.txt")
         ROLES["all"].write_text(fingerprint("all") + "\n")
+    elif not installed("all"):
+        print("installed what a student needs; instructors and contributors add the tests', the "
+              "book's and the grader's tools with: python3 start.py --all", flush=True)
     return py
 
 
