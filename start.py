@@ -155,12 +155,29 @@ def generated(data: bytes) -> bool:
     return hashlib.sha256(json.dumps(cells, ensure_ascii=False).encode("utf-8")).hexdigest() == recorded
 
 
+def git_clean(folder: Path) -> set:
+    """The names of the files in ``folder`` that git tracks and that are unchanged since the last
+    commit (none when git or the repository is missing)."""
+    def git(*args) -> list:
+        proc = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise OSError(proc.stderr)
+        return [Path(line).name for line in proc.stdout.splitlines() if line.strip()]
+    try:
+        tracked = set(git("ls-files", "--", "."))
+        changed = set(git("diff", "--name-only", "HEAD", "--", "."))
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return tracked - changed
+
+
 def sync_work(edition: Path = EDITION, work: Path = WORK) -> list[str]:
     """Copy the Jupyter edition into ``work``, never over a notebook the student changed;
     returns one line per thing done. ``work/.placed.json`` holds each notebook's SHA-256 as this
     function wrote it from the generated edition: a file that no longer matches was changed by the
     student and is kept. A notebook someone edited in ``colab/`` (answers written there before
-    ``work/`` existed) is copied once, as the student's, and never replaced."""
+    ``work/`` existed: neither its stamp, :func:`generated`, nor git says it is the generator's)
+    is copied once, as the student's, and never replaced."""
     first = not work.exists()
     work.mkdir(parents=True, exist_ok=True)
     ledger_path = work / PLACED
@@ -169,9 +186,10 @@ def sync_work(edition: Path = EDITION, work: Path = WORK) -> list[str]:
     except (OSError, ValueError):
         placed = {}
     notes: list[str] = []
+    committed = git_clean(edition) if edition.is_dir() else set()  # an older generator's, unstamped
     for src in sorted(edition.glob("*.ipynb")):
         data = src.read_bytes()
-        new, pristine = _sha(data), generated(data)
+        new, pristine = _sha(data), generated(data) or src.name in committed
         dst = work / src.name
         if not dst.exists():
             _write(dst, data)

@@ -201,6 +201,27 @@ def test_answers_written_in_colab_move_to_work_and_stay_there(tmp_path):
     assert "v2" in (work / "01_a.newer.ipynb").read_text() and "v2" in (work / "02_b.ipynb").read_text()
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_an_unstamped_edition_counts_as_the_generators_when_git_has_it_unchanged(tmp_path):
+    """colab/ of an older generator has no stamp: a notebook git has unchanged is the edition, one
+    changed since the last commit is the student's."""
+    edition, work = tmp_path / "colab", tmp_path / "work"
+    _edition(edition, "v1")
+    for path in edition.glob("*.ipynb"):
+        nb = json.loads(path.read_text())
+        nb["metadata"] = {}
+        path.write_text(json.dumps(nb))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "colab"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "edition"], cwd=tmp_path, check=True)
+    _answer(edition / "02_b.ipynb", "x = 2  # mine")
+    assert start.git_clean(edition) == {"01_a.ipynb"}
+    notes = start.sync_work(edition, work)
+    assert [n for n in notes if "copied with the changes" in n] == [
+        "work/02_b.ipynb: copied with the changes made in colab/02_b.ipynb (your answers?)"]
+
+
 def test_git_ignores_the_work_folder():
     assert "/work/" in (ROOT / ".gitignore").read_text().splitlines()
 
