@@ -6,8 +6,8 @@ adds two things nbmake lacks:
 
 * **Only the book's chapters are executed**: a notebook is collected only when ``_toc.yml``
   lists it (or when it is named on the command line). ``_build/``, ``student_edition/``,
-  ``colab/`` (the generated edition), ``work/`` (a student's copy of it) and hidden folders are
-  never collected (``norecursedirs``, and this filter as a second guard).
+  ``colab/`` (the generated edition) and hidden folders are never collected (``norecursedirs``,
+  and this filter as a second guard); nor is ``work/``, a student's copy (``norecursedirs``).
 * **A table of notebook execution times** at the end of the run, for information only. No test
   asserts wall-clock time: a loaded or slower machine must not fail the suite. The 60 s budget
   per chapter is *measured* by ``benchmarks/chapter_times.py``; pytest only guards against hangs
@@ -35,7 +35,7 @@ if "torch" in sys.modules:  # imported already (by a plugin): the variable is re
     sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 ROOT = Path(__file__).resolve().parents[1]
-NEVER_COLLECT = {"_build", "student_edition", "colab", "work", "node_modules"}
+NEVER_COLLECT = {"_build", "student_edition", "colab", "node_modules"}
 
 # A small corpus for the command-line tests (tests/test_cli*.py): code and prose, enough for a
 # few training steps; the fixture writes it to a temporary working directory.
