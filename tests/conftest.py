@@ -1,12 +1,13 @@
 """Book-wide pytest configuration: which notebooks nbmake executes, and their execution times.
 
 ``pytest`` (configured in pyproject.toml: ``testpaths = ["tests", "book"]``, ``--nbmake``) runs
-the unit tests and then executes the chapter notebooks. This file adds two things nbmake lacks:
+the unit tests and executes the chapter notebooks, in random order (pytest-randomly). This file
+adds two things nbmake lacks:
 
 * **Only the book's chapters are executed**: a notebook is collected only when ``_toc.yml``
   lists it (or when it is named on the command line). ``_build/``, ``student_edition/``,
   ``colab/`` (the generated edition) and hidden folders are never collected (``norecursedirs``,
-  and this filter as a second guard).
+  and this filter as a second guard); nor is ``work/``, a student's copy (``norecursedirs``).
 * **A table of notebook execution times** at the end of the run, for information only. No test
   asserts wall-clock time: a loaded or slower machine must not fail the suite. The 60 s budget
   per chapter is *measured* by ``benchmarks/chapter_times.py``; pytest only guards against hangs

@@ -14,21 +14,26 @@ import pytest
 from fundamentallm.course import main
 from fundamentallm.course.colab import (
     EDITION_DIR,
+    GENERATED,
+    MYST_LEFTOVERS,
     Renderer,
     _colab_button,
+    cells_sha256,
     cite_text,
+    edited,
     number_targets,
     page_names,
     parse_bib,
     reference_line,
     render_edition,
+    stamp,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 EDITION = ROOT / EDITION_DIR
-REGENERATE = f"python -m fundamentallm.course colab-edition {EDITION_DIR}"
-MYST = [r"\{eq\}`", r"\{cite(:\w+)?\}`", r"\{(ref|numref|doc)\}`", r"^\s*(`{3,}|:{3,})\{[\w-]+\}",
-        r"\$\$\s*\([\w:.-]+\)", r"^\([\w:.-]+\)=\s*$", r"^\s*:(label|class|name):"]
+REGENERATE = (f"python -m fundamentallm.course colab-edition {EDITION_DIR}` (it refuses to write over a "
+              f"notebook someone edited, and says which; students work in work/, which `python3 start.py` fills)")
+MYST = MYST_LEFTOVERS
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +44,13 @@ def rendered() -> dict[str, str]:
 def test_edition_is_up_to_date(rendered):
     """The committed edition equals what the generator writes now: edit book/, then regenerate."""
     committed = {p.name: p.read_text(encoding="utf-8") for p in EDITION.glob("*.ipynb")}
-    assert committed.keys() == rendered.keys(), f"colab/ lists other chapters than _toc.yml; run `{REGENERATE}`"
+    by_hand = sorted(p.name for p in EDITION.glob("*.ipynb") if edited(p, rendered.get(p.name)))
+    assert not by_hand, (f"colab/{by_hand} edited by hand since generated (a student's answers?): copy them "
+                         f"out first (`python3 start.py` puts the chapters in work/), then regenerate with "
+                         f"`python -m fundamentallm.course colab-edition {EDITION_DIR} --force`")
+    assert committed.keys() == rendered.keys(), f"colab/ lists other chapters than _toc.yml; run `{REGENERATE}"
     stale = sorted(name for name, text in rendered.items() if committed[name] != text)
-    assert not stale, f"colab/ is stale for {stale}: run `{REGENERATE}`"
+    assert not stale, f"colab/ is stale for {stale}: run `{REGENERATE}"
 
 
 def test_no_myst_markup_is_left(rendered):
@@ -93,6 +102,18 @@ BIB = """
 """
 
 
+def test_the_grader_finds_every_answer_in_the_edition(rendered):
+    """Students answer in this edition (work/, Colab): the grader finds each exercise's answer cell
+    by its label, which the statement keeps in an HTML comment (hidden in every viewer)."""
+    from fundamentallm.course import book_chapters
+    from fundamentallm.course.grading import submitted_code
+
+    for chapter in book_chapters(ROOT):
+        nb = nbformat.reads(rendered[chapter.path.name], as_version=4)
+        for ex in chapter.exercises:
+            assert (submitted_code(nb, ex.label) or "").strip() == ex.answer.strip(), (chapter.name, ex.label)
+
+
 def test_bibliography_and_citations():
     bib = parse_bib(BIB)
     assert set(bib) == {"Ba2016", "Zhang2019", "Kaiser2020"}
@@ -127,7 +148,7 @@ def test_renderer_on_each_construct(tmp_path):
     r = Renderer(targets, parse_bib(BIB), path.parent)
     cells = [r.markdown(c.source) for c in nbformat.read(path, as_version=4).cells]
     assert cells[1] == "$$\na = b\n\\tag{5.1}\n$$\n\n$$ c $$\n\n$$\nd\n\\tag{5.2}\n$$"
-    assert cells[2] == "### Exercise 5.1: Do it\n\nProve (5.2) and (5.1)."
+    assert cells[2] == "### Exercise 5.1: Do it\n\nProve (5.2) and (5.1).\n\n<!-- {exercise} :label: ex-a -->"
     assert cells[3].startswith("![a diagram](data:image/svg+xml;base64,")
     assert cells[3].endswith("*Figure 5.1: The caption.*\n\nSee Figure 5.1.")
     assert cells[4] == "> **Note**\n>\n> Mind (Ba et al., 2016; Zhang and Sennrich, 2019)."
@@ -162,10 +183,58 @@ def test_command_writes_the_edition(tmp_path, capsys):
     shutil.copy(ROOT / "book" / "01_why_attention.ipynb", root / "book")
     shutil.copytree(ROOT / "book" / "images", root / "book" / "images")  # inlined diagrams
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "99_removed.ipynb").write_text("{}")
+    (tmp_path / "out" / "99_removed.ipynb").write_text(json.dumps(stamp(  # generated, then removed from the toc
+        {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})))
     assert main(["colab-edition", str(tmp_path / "out"), "--root", str(root)]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["01_why_attention.ipynb"]
     assert "wrote 1 Colab/Jupyter notebooks" in capsys.readouterr().out
+
+
+def _mini_root(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "book").mkdir(parents=True)
+    shutil.copy(ROOT / "book" / "references.bib", root / "book")
+    shutil.copy(ROOT / "book" / "01_why_attention.ipynb", root / "book")
+    shutil.copytree(ROOT / "book" / "images", root / "book" / "images")
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/01_why_attention\n")
+    return root
+
+
+def test_generated_notebooks_carry_the_stamp_of_their_cells(rendered):
+    for name, text in rendered.items():
+        nb = json.loads(text)
+        assert nb["metadata"][GENERATED]["generated"] == cells_sha256(nb["cells"]), name
+
+
+def test_an_edited_notebook_is_not_overwritten_without_force(tmp_path, capsys):
+    """A student's answer in the output folder: the command refuses (exit 2, nothing written, the
+    file named with the way out); running the notebook (outputs only) is not an edit; --force
+    overwrites; a deleted chapter's edited notebook is not deleted either."""
+    root, out = _mini_root(tmp_path), tmp_path / "out"
+    assert main(["colab-edition", str(out), "--root", str(root)]) == 0
+    path = out / "01_why_attention.ipynb"
+    nb = json.loads(path.read_text())
+    answer = next(c for c in nb["cells"] if "answer" in c["metadata"].get("tags", []))
+    answer["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "ran\n"}]
+    path.write_text(json.dumps(nb))
+    assert not edited(path) and main(["colab-edition", str(out), "--root", str(root)]) == 0
+    nb = json.loads(path.read_text())
+    answer = next(c for c in nb["cells"] if "answer" in c["metadata"].get("tags", []))
+    answer["source"] = "my_answer = 42\n"
+    path.write_text(json.dumps(nb))
+    mine = path.read_text()
+    capsys.readouterr()
+    assert edited(path) and main(["colab-edition", str(out), "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "01_why_attention.ipynb" in err and "--force" in err and "work/" in err
+    assert path.read_text() == mine
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/01_renamed\n")
+    shutil.copy(ROOT / "book" / "01_why_attention.ipynb", root / "book" / "01_renamed.ipynb")
+    assert main(["colab-edition", str(out), "--root", str(root)]) == 2 and path.read_text() == mine
+    assert main(["colab-edition", str(out), "--root", str(root), "--force"]) == 0 and not path.exists()
+    # an unstamped notebook (an older generator's) counts as generated only when git has it unchanged
+    (out / "03_x.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert edited(out / "03_x.ipynb") and not edited(out / "03_x.ipynb", (out / "03_x.ipynb").read_text())
 
 
 def test_colab_button_opens_the_edition():

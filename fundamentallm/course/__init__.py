@@ -3,12 +3,12 @@ nbgrader export.
 
 Usage::
 
-    python -m fundamentallm.course student-edition OUT_DIR [--root .] [--repository URL]
+    python -m fundamentallm.course student-edition OUT_DIR [--root .] [--repository URL] [--force]
     python -m fundamentallm.course grade SUBMISSIONS [--csv scores.csv] [--details details.csv]
                                          [--timeout 60] [--chapters 02 03] [--jobs 1] [--root .]
                                          [--resume] [--seed N]
     python -m fundamentallm.course nbgrader OUT_DIR [--root .] [--points 1]
-    python -m fundamentallm.course colab-edition colab [--root .]   (see course/colab.py)
+    python -m fundamentallm.course colab-edition colab [--root .] [--force]   (see course/colab.py)
     python -m fundamentallm.course catches [--chapter NN] [--json]   (what each check rejects)
 
 Everything that decides a mark is read from the book (``_toc.yml`` and the chapter notebooks),
@@ -77,6 +77,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         "and repository buttons point there (without it they are removed)")
     p.add_argument("--no-execute", action="store_true",
                    help="build the student edition without executing its notebooks")
+    p.add_argument("--force", action="store_true",
+                   help="write over notebooks in OUT_DIR that were edited since they were generated")
     g = sub.add_parser("grade", help="grade a folder of submissions (one folder per student)")
     g.add_argument("submissions", type=Path)
     g.add_argument("--csv", type=Path, default=None, help="one row per student: 1/0 per exercise, total, out_of")
@@ -96,6 +98,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     c = sub.add_parser("colab-edition", help="write the chapters with MyST rendered to plain Markdown")
     c.add_argument("out_dir", type=Path, help="e.g. colab (the committed edition)")
     c.add_argument("--root", type=Path, default=Path("."), help="the book's root (holds _toc.yml)")
+    c.add_argument("--force", action="store_true",
+                   help="write over (or delete) notebooks edited since they were generated, such as a "
+                        "student's answers (without it the command refuses and writes nothing)")
     t = sub.add_parser("exercise-table", help="print the exercise table (kind, difficulty, minutes), or --write "
                                                "it into book/instructors.md")
     t.add_argument("--write", action="store_true", help="rewrite the table between the markers of book/instructors.md")
@@ -132,11 +137,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         elif args.command == "colab-edition":
             from .colab import colab_edition
 
-            written = colab_edition(args.out_dir, args.root)
+            written = colab_edition(args.out_dir, args.root, force=args.force)
             print(f"wrote {len(written)} Colab/Jupyter notebooks to {args.out_dir}")
         elif args.command == "student-edition":
-            written = student_edition(args.out_dir, args.root, args.repository, execute=not args.no_execute)
-            print(f"wrote {len(written)} student notebooks to {args.out_dir}")
+            written = student_edition(args.out_dir, args.root, args.repository, execute=not args.no_execute,
+                                      force=args.force)
+            jupyter = len(list((Path(args.out_dir) / "colab").glob("*.ipynb")))
+            print(f"wrote {len(written)} student notebooks to {args.out_dir}/book (the book's sources) "
+                  f"and their Jupyter edition to {args.out_dir}/colab ({jupyter} chapters)")
         elif args.command == "nbgrader":
             written = nbgrader_export(args.out_dir, args.root, points=args.points)
             print(f"wrote {len(written)} nbgrader assignments to {args.out_dir}/source")

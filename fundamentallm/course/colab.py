@@ -20,7 +20,12 @@ exactly as the Jupyter Book pages are:
 
 Usage (regenerates the committed edition; a test fails when it is stale)::
 
-    python -m fundamentallm.course colab-edition colab
+    python -m fundamentallm.course colab-edition colab [--force]
+
+Each generated notebook carries the SHA-256 of its cells (``metadata.fundamentallm.generated``).
+A notebook whose cells no longer match it was edited -- a student's answers, say -- and the
+command refuses to write over it (or to delete it) without ``--force``; students work in a copy
+(``work/``, which ``python3 start.py`` fills).
 
 As a Sphinx extension (listed in ``_config.yml``) it points each page's Colab button at the
 edition (``colab/NN_name.ipynb``) instead of the MyST source.
@@ -29,15 +34,18 @@ edition (``colab/NN_name.ipynb``) instead of the MyST source.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import mimetypes
 import re
+import subprocess
 from pathlib import Path
 from typing import Optional
 
 from .book import page_title, toc_files
 
 EDITION_DIR = "colab"
+SOLUTION_MARK = "{solution-start}"
 _DIRECTIVE = re.compile(r"^(\s*)(`{3,}|:{3,})\{([\w-]+)\}[ \t]*(.*)$")
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _ROLE = re.compile(r"\{([\w:-]+)\}`([^`]+)`")
@@ -45,6 +53,9 @@ _LABELLED_EQ = re.compile(r"\$\$(?P<body>(?:(?!\$\$).)+?)\$\$[ \t]*\((?P<label>[
 _LATEX = {r"{\L}": "Ł", r"{\l}": "ł", r'{\"o}': "ö", r'{\"u}': "ü", r'{\"a}': "ä", r"{\'e}": "é",
           r"{\'a}": "á", r"{\`e}": "è", r"{\c{c}}": "ç", r"{\ss}": "ß", r"\&": "&"}
 _CHAPTER_FILE = re.compile(r"\d\d_\w+")  # a chapter's file name, without .ipynb
+# MyST markup that must not be left in a rendered notebook (the tests search every Markdown cell)
+MYST_LEFTOVERS = [r"\{eq\}`", r"\{cite(:\w+)?\}`", r"\{(ref|numref|doc)\}`", r"^\s*(`{3,}|:{3,})\{[\w-]+\}",
+                  r"\$\$\s*\([\w:.-]+\)", r"^\([\w:.-]+\)=\s*$", r"^\s*:(label|class|name):"]
 ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention", "danger",
                "error", "seealso", "admonition"}
 
@@ -251,7 +262,10 @@ class Renderer:
         body = self.blocks(body)
         if name == "exercise":
             num = self.number(options["label"], "exercise") if "label" in options else "?"
-            return f"### Exercise {num}" + (f": {arg}" if arg else "") + f"\n\n{body}"
+            # the label, hidden from readers, is what the grader finds the answer by
+            # (fundamentallm.course.grading.submitted_code): work done in this edition is graded
+            mark = f"\n\n<!-- {{exercise}} :label: {options['label']} -->" if "label" in options else ""
+            return f"### Exercise {num}" + (f": {arg}" if arg else "") + f"\n\n{body}{mark}"
         if name in ("solution-start", "solution-end"):
             return ""  # the gated markers: handled cell by cell in render_notebook
         if name == "solution" or name == "dropdown" or options.get("class", "") == "dropdown":
@@ -274,6 +288,72 @@ class Renderer:
             quoted = "\n".join("> " + line if line else ">" for line in body.splitlines())
             return f"> **{title}**\n>\n{quoted}"
         return body
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+GENERATED = "fundamentallm"  # the notebook metadata key of the generator's stamp
+
+
+def cells_sha256(cells: list) -> str:
+    """The SHA-256 of the cells' types and sources (not outputs or metadata: running a notebook
+    changes those, answering an exercise changes a source)."""
+    data = json.dumps([[c["cell_type"], _source(c)] for c in cells], ensure_ascii=False)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def stamp(nb: dict) -> dict:
+    """``nb`` with the generator's stamp: the SHA-256 of its cells as generated."""
+    meta = dict(nb.get("metadata") or {})
+    meta[GENERATED] = {"generated": cells_sha256(nb["cells"])}
+    return dict(nb, metadata=meta)
+
+
+def _clean_in_git(path: Path) -> bool:
+    """Whether git tracks ``path`` and it has no change against the last commit."""
+    try:
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path.name], cwd=path.parent,
+                                 capture_output=True, timeout=60).returncode == 0
+        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path.name], cwd=path.parent,
+                                 capture_output=True, timeout=60).returncode != 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return tracked and not changed
+
+
+def edited(path: Path, new_text: Optional[str] = None) -> bool:
+    """Whether the notebook at ``path`` differs from what the generator wrote there: its cells no
+    longer match its stamp. A notebook without a stamp (an older generator's) counts as the
+    generator's when it equals ``new_text`` or is unchanged in git; anything unreadable is kept."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if new_text is not None and text == new_text:
+        return False
+    try:
+        nb = json.loads(text)
+        recorded = ((nb.get("metadata") or {}).get(GENERATED) or {}).get("generated")
+        if recorded is not None:
+            return cells_sha256(nb["cells"]) != recorded
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return True
+    return not _clean_in_git(path)
+
+
+def refuse_to_overwrite(paths, force: bool = False, command: str = "") -> None:
+    """Raise ``ValueError`` naming every notebook of ``paths`` (path -> the text about to be
+    written there, or None for a deletion) that someone edited, unless ``force``."""
+    if force:
+        return
+    changed = [str(p) for p, text in paths.items() if edited(p, text)]
+    if changed:
+        raise ValueError(
+            f"{', '.join(changed)}: edited since it was generated (a student's answers?), so it is "
+            f"left as it is. Work in a copy -- `python3 start.py` puts the chapters in work/ -- "
+            f"or pass --force to {command or 'overwrite'} anyway (the edits are lost).")
 
 
 def _cell_id(base: str, suffix: str) -> str:
@@ -304,14 +384,19 @@ def _solution_details(number: str, code: list[str], idea: list[str]) -> str:
             + "\n\n".join(blocks + [i.strip() for i in idea if i.strip()]) + "\n\n</details>")
 
 
-def render_notebook(path: Path, targets: dict, bib: dict, pages: Optional[dict] = None) -> dict:
-    """The Colab/Jupyter edition of one chapter, as a notebook dict (nbformat 4 JSON)."""
+def render_notebook(path: Path, targets: dict, bib: dict, pages: Optional[dict] = None,
+                    note: Optional[str] = None) -> dict:
+    """The Colab/Jupyter edition of one chapter, as a notebook dict (nbformat 4 JSON), stamped
+    (:func:`stamp`). A student notebook (no solutions: :func:`~.book.to_student_notebook`) renders
+    too, with nothing after its checks. ``note``: the line under the title (default: the edition's)."""
     import nbformat
 
     from .book import ANSWER_TAG, exercise_parts, make_stub
 
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
-    parts = exercise_parts(nbformat.reads(json.dumps(nb), as_version=4))
+    student = not any(SOLUTION_MARK in _source(c) or "solution" in c.get("metadata", {}).get("tags", [])
+                      for c in nb["cells"])
+    parts = [] if student else exercise_parts(nbformat.reads(json.dumps(nb), as_version=4))
     in_solution = {i for part in parts for i in part["solution"]}
     by_check = {part["check"]: part for part in parts}
     stub_before_check = {part["check"]: part for part in parts if part["answer"] is None}
@@ -349,11 +434,14 @@ def render_notebook(path: Path, targets: dict, bib: dict, pages: Optional[dict] 
         text_refs = "## References\n\n" + "\n".join(f"- {reference_line(bib[k])}" for k in refs)
         cells.append({"cell_type": "markdown", "id": _cell_id(f"c{n:02d}", "references"), "metadata": {},
                       "source": text_refs.splitlines(keepends=True)})
-    note = (f"*The Colab/Jupyter edition of chapter {n}, generated from `book/{Path(path).name}` by "
-            f"`python -m fundamentallm.course colab-edition {EDITION_DIR}`: edit the book, not this file.*")
+    if note is None:
+        note = (f"*Chapter {n}'s Jupyter edition, generated from `book/{Path(path).name}` (contributors "
+                f"edit that, then run `python -m fundamentallm.course colab-edition {EDITION_DIR}`). Write "
+                f"your answers in your own copy: `work/`, which `python3 start.py` fills, or on Colab "
+                f"File > Save a copy in Drive.*")
     cells.insert(1, {"cell_type": "markdown", "id": _cell_id(f"c{n:02d}", "edition"), "metadata": {},
                      "source": [note]})
-    return dict(nb, cells=cells)
+    return stamp(dict(nb, cells=cells))
 
 
 def _toc_chapters(root: Path) -> list[Path]:
@@ -363,8 +451,10 @@ def _toc_chapters(root: Path) -> list[Path]:
             if _CHAPTER_FILE.fullmatch(Path(f).name) and (root / f"{f}.ipynb").exists()]
 
 
-def render_edition(root: Path = Path(".")) -> dict[str, str]:
-    """Every chapter of the toc -> ``{file name: notebook JSON text}``, as written to disk."""
+def render_edition(root: Path = Path("."), note=None) -> dict[str, str]:
+    """Every chapter of the toc -> ``{file name: notebook JSON text}``, as written to disk.
+    ``note``: a function of the chapter number giving the line under its title (default: the
+    edition's)."""
     root = Path(root)
     chapters = _toc_chapters(root)
     numbers = [chapter_number(p) for p in chapters]
@@ -373,18 +463,23 @@ def render_edition(root: Path = Path(".")) -> dict[str, str]:
         raise ValueError(f"the toc's chapters must be numbered 1..N in order by their file names; got {numbers}")
     bib = parse_bib((root / "book" / "references.bib").read_text(encoding="utf-8"))
     targets, pages = number_targets(chapters), page_names(root)
-    return {p.name: json.dumps(render_notebook(p, targets, bib, pages), indent=1, ensure_ascii=False) + "\n"
+    return {p.name: json.dumps(render_notebook(p, targets, bib, pages, note(chapter_number(p)) if note else None),
+                               indent=1, ensure_ascii=False) + "\n"
             for p in chapters}
 
 
-def colab_edition(out_dir: Path, root: Path = Path(".")) -> list[Path]:
-    """Write the edition to ``out_dir`` (replacing its notebooks); returns the written paths."""
+def colab_edition(out_dir: Path, root: Path = Path("."), force: bool = False, note=None) -> list[Path]:
+    """Write the edition to ``out_dir`` (replacing its notebooks); returns the written paths.
+    Refuses (``ValueError``, nothing written) when a notebook there was edited since it was
+    generated (:func:`edited`), unless ``force``."""
     out_dir = Path(out_dir)
+    rendered = render_edition(root, note)
+    old = {p: None for p in out_dir.glob("*.ipynb") if p.name not in rendered}
+    refuse_to_overwrite({**{out_dir / name: text for name, text in rendered.items()}, **old}, force,
+                        "overwrite or delete them")
     out_dir.mkdir(parents=True, exist_ok=True)
-    rendered = render_edition(root)
-    for old in out_dir.glob("*.ipynb"):
-        if old.name not in rendered:
-            old.unlink()
+    for path in old:
+        path.unlink()
     written = []
     for name, text in rendered.items():
         (out_dir / name).write_text(text, encoding="utf-8")
