@@ -260,6 +260,21 @@ class _Forbidden:
             label = next((v for m, v in self.modules.items() if module == m or module.startswith(m + ".")), None)
         return label
 
+    def match_function(self, fn: Any) -> Optional[str]:
+        """The label of ``fn`` as PyTorch's dispatcher hands it to a ``TorchFunctionMode`` (a
+        function, a builtin or an unbound tensor method), or None."""
+        code = getattr(fn, "__code__", None)
+        label = self.codes.get(code) if isinstance(code, types.CodeType) else None
+        if label is None:
+            label = self.builtins.get(id(fn))
+        if label is None:
+            name, owner = getattr(fn, "__name__", None), getattr(fn, "__objclass__", None)
+            label = self.methods.get((name, owner)) if owner is not None else None
+        if label is None and self.modules:
+            module = getattr(fn, "__module__", None) or ""
+            label = next((v for m, v in self.modules.items() if module == m or module.startswith(m + ".")), None)
+        return label
+
     def match_c(self, fn: Any) -> Optional[str]:
         label = self.builtins.get(id(fn))
         if label is None and self.methods:

@@ -16,6 +16,7 @@ import functools
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, Optional, Sequence
 from . import sandbox, wire
 
 STARTUP_S = 120.0  # a fresh worker imports torch, on a busy machine
+_NOTED: set = set()
 
 
 class GradingAbort(BaseException):
@@ -64,7 +66,11 @@ class Worker:
         self.timeout_message = f"the grading worker did not start within {STARTUP_S:g} s"
         header, _ = self._recv()
         if not header.get("ready"):
-            raise GradingAbort("the grading worker did not start")
+            raise GradingAbort(str(header.get("error") or "the grading worker did not start")[:300])
+        for note in header.get("missing") or ():  # protection the worker could not set up: said once
+            if isinstance(note, str) and note not in _NOTED:
+                _NOTED.add(note)
+                print(f"grading worker: {note[:200]}", file=sys.stderr)
 
     def _recv(self) -> tuple[dict, list[bytes]]:
         started = time.monotonic()
