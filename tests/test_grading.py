@@ -675,6 +675,9 @@ def test_the_wire_round_trips_data_and_refuses_the_rest():
 
 
 @pytest.mark.parametrize("code, forbidden, hit, review", [
+    ("from operator import methodcaller as m\n", ("torch.softmax",), None, "import of methodcaller"),
+    ("import typing\nh = typing.get_type_hints(f)\n", ("torch.softmax",), None, "get_type_hints"),
+    ("import string\nf = string.Formatter().get_field('0.x', (1,), {})\n", (), None, "get_field"),
     ("def f(x):\n    return x.softmax(-1)\n", ("torch.softmax",), "torch.softmax", None),
     ("from torch.nn.functional import softmax as s\n", ("torch.softmax",), "torch.softmax", None),
     ("def f(x):\n    return x.log_softmax(-1).exp()\n", ("torch.softmax",), "torch.softmax", None),
@@ -952,3 +955,50 @@ def test_the_grader_works_from_a_python_environment_under_tmp(tmp_path, fixture_
         table = list(csv.reader(out.open()))
         assert [(r[0], r[3]) for r in table[1:]] == [("a_honest", "2"), ("b_wrong", "0"), ("c_stubs", "0")]
         assert "No such file" not in done.stderr
+
+
+JUDGE_ATTACKS = ("d02_methodcaller", "d03_type_hints", "d06_overrides_rot13", "d07_pydoc_locate", "d08_formatter_field")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name", JUDGE_ATTACKS)
+def test_the_dispatcher_records_a_forbidden_call_however_it_is_spelled(name):
+    """Without the source review: the worker's torch function mode sees the forbidden function
+    PyTorch dispatches, whatever route the answer took to it."""
+    label, code = attacks({"02_tiny": Path("x")}, Path("s"), Path("o"))[name]
+    worker = proxy.Worker(sandbox.Limits(), [])
+    try:
+        worker.budget = 120
+        session = proxy.Session(worker, ["torch.softmax"], True)
+        reply, buffers = worker.request({"op": "load", "chapter": "03", "label": label, "code": code,
+                                         "prelude": "import math\nimport torch\n", "names": ["softmax_rows"]})
+        fn = session._reply(reply, buffers, "answer")["softmax_rows"]
+        with pytest.raises(CheckFailed, match="not to use torch.softmax"):
+            fn(torch.randn(3, 5))
+        honest = "def softmax_rows(x):\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)\n"
+        reply, buffers = worker.request({"op": "load", "chapter": "03", "label": label, "code": honest,
+                                         "prelude": "", "names": ["softmax_rows"]})
+        fn = session._reply(reply, buffers, "answer")["softmax_rows"]
+        assert torch.allclose(fn(torch.randn(3, 5)).sum(-1), torch.ones(3, dtype=torch.float32))
+    finally:
+        worker.close()
+
+
+@needs_bwrap
+def test_a_child_process_and_the_checks_reference_are_out_of_reach():
+    values = _in_worker("""
+import subprocess, sys
+try:
+    subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True)
+    child = "ran"
+except OSError as e:
+    child = type(e).__name__
+try:
+    from fundamentallm.checks import ch02
+    reference = "imported"
+except ImportError as e:
+    reference = type(e).__name__
+""", ["child", "reference"])
+    assert values["reference"] in ("ImportError", "ModuleNotFoundError")
+    if sandbox.seccomp_unavailable() is None:
+        assert values["child"] == "PermissionError"

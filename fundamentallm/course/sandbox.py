@@ -29,9 +29,9 @@ import functools
 import os
 import platform
 import resource
-import struct
 import shutil
 import site
+import struct
 import subprocess
 import sys
 import sysconfig
