@@ -13,7 +13,13 @@ import re
 import pytest
 
 from fundamentallm.checks import core
-from fundamentallm.checks.core import CheckFailed, assert_close_number, finite_number, is_close_number, strict
+from fundamentallm.checks.core import (
+    CheckFailed,
+    assert_close_number,
+    finite_number,
+    is_close_number,
+    strict,
+)
 
 BAD = (float("nan"), float("inf"), -float("inf"))
 
