@@ -1002,3 +1002,37 @@ except ImportError as e:
     assert values["reference"] in ("ImportError", "ModuleNotFoundError")
     if sandbox.seccomp_unavailable() is None:
         assert values["child"] == "PermissionError"
+
+
+@needs_bwrap
+def test_after_a_worker_crash_a_later_answer_may_use_an_earlier_ones_function(tmp_path, fixture_checks):
+    root = tmp_path / "book_root"
+    write_book(root)
+    subs = tmp_path / "subs"
+    (subs / "a_crashes").mkdir(parents=True)
+    answers = {"ch02-ex1": "import os\n\ndef split_words(text):\n    return text.split()\n\n"
+                           "def running_sum(xs):\n    os._exit(3)\n",
+               "ch02-ex2": "def count_words(text):\n    counts = {}\n    for w in split_words(text):\n"
+                           "        counts[w] = counts.get(w, 0) + 1\n    return counts\n"}
+    nbformat.write(student("a", answers)["02_tiny"], subs / "a_crashes" / "02_tiny.ipynb")
+    rows, details = grade(subs, root=root, chapters=["02"], timeout=60, quiet=True)
+    by = {r.label: r for r in details}
+    assert "ended" in by["ch02-ex1"].message or by["ch02-ex1"].status == "needs review"
+    assert by["ch02-ex2"].passed, by["ch02-ex2"].message  # replayed: split_words is defined
+
+
+def test_the_grader_reads_an_answer_in_place_and_refuses_one_too_large():
+    r, w = os.pipe()
+    try:
+        data = torch.arange(1000, dtype=torch.float32)
+        obj, buffers = wire.encode({"x": data})
+        wire.send(w, {"ok": True, "result": obj}, buffers)
+        header, got = wire.recv(r, time.monotonic() + 10)
+        assert isinstance(got[0], memoryview)
+        assert torch.equal(wire.decode(header["result"], got, lambda h: h)["x"], data)
+        wire.send(w, {"ok": True, "result": obj}, buffers)
+        with pytest.raises(wire.WireError, match="too large"):
+            wire.recv(r, time.monotonic() + 10, max_buffers=100)
+    finally:
+        os.close(r)
+        os.close(w)

@@ -25,6 +25,9 @@ from typing import Any, Optional, Sequence
 from . import sandbox, wire
 
 STARTUP_S = 120.0  # a fresh worker imports torch, on a busy machine
+# the most data one answer of the worker may carry: the grader's memory does not grow with an
+# answer's size (a larger answer fails its exercise: "message too large")
+MAX_ANSWER_BYTES = 64 * 2 ** 20
 _NOTED: set = set()
 
 
@@ -75,7 +78,7 @@ class Worker:
     def _recv(self) -> tuple[dict, list[bytes]]:
         started = time.monotonic()
         try:
-            return wire.recv(self.proc.stdout.fileno(), started + max(self.budget, 0.0))
+            return wire.recv(self.proc.stdout.fileno(), started + max(self.budget, 0.0), MAX_ANSWER_BYTES)
         except wire.Timeout:
             raise GradingAbort(self.timeout_message) from None
         except wire.Closed:
