@@ -186,10 +186,15 @@ class _Recorder:
         from torch.overrides import TorchFunctionMode
 
         from fundamentallm.checks.core import _Forbidden
-        from fundamentallm.course.review import _forbidden_key, _names_forbidden
+        from fundamentallm.course.review import _forbidden_key, _words
 
         match = _Forbidden(self.forbidden)
+        # by name too, its variants: ``_softmax``, ``log_softmax``, ``_log_softmax`` of ``softmax``
         keys = [(d, _forbidden_key(d)) for d in self.forbidden if d.startswith("torch")]
+
+        def _names_forbidden(name: str, key: list) -> bool:
+            words = _words(name)
+            return bool(key) and (words == key or words == ["log", *key])
         used = self.used
 
         class Mode(TorchFunctionMode):
