@@ -470,8 +470,11 @@ class IntegrityError(RuntimeError):
 
 def integrity_files(book: Sequence[Chapter]) -> list[Path]:
     """The files whose change stops the class: every file of the ``fundamentallm`` package (the
-    grader, the checks) and the book's chapters."""
-    files = sorted(p for p in sandbox.PACKAGE_DIR.rglob("*") if p.is_file() or p.is_symlink())
+    grader, the checks) and the book's chapters. Not ``__pycache__``: Python itself rewrites a
+    stale ``.pyc`` when the grader first imports a module mid-class (the sandbox keeps the
+    package read-only for the students' code either way)."""
+    files = sorted(p for p in sandbox.PACKAGE_DIR.rglob("*")
+                   if (p.is_file() or p.is_symlink()) and "__pycache__" not in p.relative_to(sandbox.PACKAGE_DIR).parts)
     return files + sorted({Path(c.path) for c in book})
 
 
@@ -489,10 +492,9 @@ def integrity_digest(book: Sequence[Chapter]) -> dict[str, str]:
 
 
 def integrity_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    """Files changed, removed or added since ``before`` (a new ``__pycache__`` file is the
-    grader's own import, not a change)."""
+    """Files changed, removed or added since ``before``."""
     changed = [p for p, h in before.items() if after.get(p, "missing") != h]
-    changed += [p for p in after if p not in before and "__pycache__" not in Path(p).parts]
+    changed += [p for p in after if p not in before]
     return sorted(changed)
 
 
@@ -603,8 +605,6 @@ def grade(submissions: Path, csv_path: Optional[Path] = None, details_path: Opti
         print(f"the checks' inputs are drawn with --seed {run_seed}", file=sys.stderr)
     done: dict[str, list[Result]] = dict(journal.done) if journal is not None else {}
     write_lock = threading.Lock()
-    from .. import checks as _checks  # noqa: F401  (imported before the digest: no .pyc written later)
-
     baseline = integrity_digest(book)
     stopped: list[str] = []  # the message that stopped the class
 
