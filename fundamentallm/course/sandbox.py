@@ -68,12 +68,21 @@ def bwrap_path() -> Optional[str]:
     if path is None:
         return None
     try:
-        ok = subprocess.run([path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+        ok = subprocess.run([path, *_privilege_flags(), "--ro-bind", "/", "/", "--die-with-parent", "true"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         ok = False
     return path if ok else None
+
+
+def _privilege_flags() -> list[str]:
+    """Namespaces and capabilities of the sandbox (see :func:`bwrap_command`); the availability
+    probe uses the same, so a bubblewrap that refuses them (a setuid one) counts as missing."""
+    if getattr(os, "geteuid", lambda: 1)() == 0:
+        return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+                "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    return ["--unshare-all", "--cap-drop", "ALL"]
 
 
 def python_paths() -> list[str]:
@@ -102,12 +111,7 @@ def bwrap_command(bwrap: str, limits: Limits, hidden: Sequence[Path]) -> list[st
     As root: no user namespace (its root would be the host's root, with its capabilities); every
     capability is dropped but those :func:`confine` needs to become ``nobody``. As a user: a user
     namespace, every capability dropped."""
-    if os.geteuid() == 0:
-        cmd = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-               "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-    else:
-        cmd = [bwrap, "--unshare-all", "--cap-drop", "ALL"]
-    cmd += ["--die-with-parent", "--new-session", "--clearenv",
+    cmd = [bwrap, *_privilege_flags(), "--die-with-parent", "--new-session", "--clearenv",
             # /tmp first: a Python environment under /tmp is bound onto it below, not hidden by it
             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
             "--ro-bind", "/usr", "/usr"]
