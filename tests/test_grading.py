@@ -1036,3 +1036,14 @@ def test_the_grader_reads_an_answer_in_place_and_refuses_one_too_large():
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_the_grading_benchmark_grades_an_honest_student_with_no_false_failure():
+    """benchmarks/grading.py on one chapter and one student (the full class is the lead's run)."""
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "grading.py"), "--students", "1", "--jobs", "1",
+                           "--chapters", "02", "--timeout", "120"], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["students"] == 1 and result["exercises"] > 0 and result["false_failures"] == []
