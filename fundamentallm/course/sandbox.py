@@ -136,14 +136,14 @@ def bwrap_command(bwrap: str, limits: Limits, hidden: Sequence[Path]) -> list[st
     # the package, without the chapters' checks (their references and answer keys): of
     # fundamentallm/checks only core.py, the worker's record of forbidden calls, is visible
     cmd += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", SANDBOX_PACKAGE_PARENT,
-            "--ro-bind", str(PACKAGE_DIR), inside, "--perms", "0755", "--tmpfs", f"{inside}/checks",
+            "--ro-bind", str(PACKAGE_DIR), inside, "--perms", "0755", "--size", "65536", "--tmpfs", f"{inside}/checks",
             "--ro-bind", str(PACKAGE_DIR / "checks" / "core.py"), f"{inside}/checks/core.py",
             "--remount-ro", f"{inside}/checks", "--proc", "/proc", "--dev", "/dev"]
     mounted = ["/usr", *binds]
     for h in hidden:
         h = str(Path(h).resolve())
         if any(h == m or h.startswith(m + os.sep) for m in mounted):
-            cmd += ["--tmpfs", h]
+            cmd += ["--size", "4096", "--tmpfs", h, "--remount-ro", h]  # empty, and stays empty
     cmd += ["--remount-ro", "/dev", "--remount-ro", "/"]
     env = {"PYTHONPATH": SANDBOX_PACKAGE_PARENT, "HOME": "/tmp", "PATH": "/usr/local/bin:/usr/bin:/bin",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
