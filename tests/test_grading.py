@@ -297,6 +297,71 @@ for _ in range(5):
     if os.fork() == 0:
         os.execv(sys.executable, {daemon})""")),
         "c07_huge_answer": ("ch02-ex1", "def running_sum(xs):\n    return [0] * 3_000_000\n"),
+        # issue 38: out of the sandbox, and the judge talked around
+        "d01_remounts_the_package": ("ch02-ex1", with_stub("ch02-ex1", """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+package = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["fundamentallm.course"].__file__)))
+for target in (package, "/", "/usr", "/opt/fundamentallm"):
+    libc.mount(b"none", target.encode(), None, 32 | 4096, None)  # MS_REMOUNT | MS_BIND, read-write
+    libc.mount(b"none", target.encode(), None, 32, None)
+for rel in ("course/_worker.py", "checks/core.py", "course/grading.py"):
+    try:
+        with open(os.path.join(package, rel), "a") as f:
+            f.write("\\nraise SystemExit('pwned')\\n")
+    except OSError:
+        pass
+os.setuid(0) if hasattr(os, "setuid") else None""")),
+        "d02_methodcaller": ("ch03-ex1", """
+from operator import methodcaller as call_named
+def softmax_rows(x):
+    return call_named("log_soft" + "max", -1)(x).exp()
+"""),
+        "d03_type_hints": ("ch03-ex1", """
+import typing
+import torch
+def _spec(a: "getattr(torch, 'soft' + 'max')"):
+    pass
+def softmax_rows(x):
+    return typing.get_type_hints(_spec)["a"](x, -1)
+"""),
+        "d04_child_python": ("ch03-ex1", """
+import subprocess, sys, json
+import torch
+def softmax_rows(x):
+    code = "import sys, json, torch; x = torch.tensor(json.load(sys.stdin)); print(json.dumps(torch.softmax(x, -1).tolist()))"
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(x.tolist()), capture_output=True, text=True)
+    return torch.tensor(json.loads(out.stdout), dtype=x.dtype)
+"""),
+        "d05_checks_reference": ("ch03-ex1", """
+import torch
+import fundamentallm
+from fundamentallm.checks import ch02 as reference
+def softmax_rows(x):
+    e = reference._reference_attention(x.unsqueeze(-1), torch.ones_like(x).unsqueeze(-1), torch.eye(x.shape[-1]))
+    return e
+"""),
+        "d06_overrides_rot13": ("ch03-ex1", """
+import codecs
+import torch
+import torch.overrides as o
+NAME = codecs.decode("fbsgznk", "rot13")
+FN = next(f for f in o.get_overridable_functions()[torch] if getattr(f, "__name__", "") == NAME)
+def softmax_rows(x):
+    return FN(x, -1)
+"""),
+        "d07_pydoc_locate": ("ch03-ex1", """
+import pydoc
+def softmax_rows(x):
+    return pydoc.locate("torch." + "soft" + "max")(x, -1)
+"""),
+        "d08_formatter_field": ("ch03-ex1", """
+import string
+import torch
+def _fetch(fn):
+    return string.Formatter().get_field("0." + "soft" + "max", (torch,), {})[0]
+softmax_rows = lambda x: _fetch(None)(x, -1)
+"""),
     }
 
 
@@ -432,7 +497,7 @@ def test_honest_and_wrong_students_keep_their_rows_before_and_after_the_attacks(
 @needs_bwrap
 def test_one_row_per_student_and_the_books_denominator(graded):
     table, rows = graded["table"], graded["rows"]
-    assert table[0] == ["student", *LABELS, "total", "out_of", "review"]
+    assert table[0] == ["student", *LABELS, "total", "out_of", "self_check", "self_check_of", "review"]
     assert len(table) == 1 + len(rows) == 1 + len(ATTACKERS) + 5
     assert all(r["out_of"] == len(LABELS) for r in rows.values())
     assert len(graded["details"]) == len(rows) * len(LABELS)
@@ -531,12 +596,13 @@ def test_a_student_who_stopped_the_grader_twice_gets_a_row(tmp_path, fixture_che
     out = tmp_path / "scores.csv"
     labels = ["ch02-ex1", "ch02-ex2"]
     Path(str(out) + ".journal.jsonl").write_text(
-        json.dumps({"seed": 5, "labels": labels}) + "\n" + '{"started": "a_honest"}\n' * 2, encoding="utf-8")
+        json.dumps({"seed": 5, "labels": labels}) + "\n" + '{"started": "a_honest"}\n{"started": "a_honest", "solo": true}\n',
+        encoding="utf-8")
     monkeypatch.setattr(grading, "grade_student", lambda name, *a, **k: [
         grading.Result(name, "02_tiny", lab, False, "graded", "failed") for lab in labels])
     rows, details = grade(subs, out, root=root, chapters=["02"], resume=True, quiet=True)
     assert [r["student"] for r in rows] == ["a_honest", "b_wrong", "c_stubs"]
-    assert "stopped the grader twice" in details[0].message and rows[0]["review"] == "ch02-ex1 ch02-ex2"
+    assert "stopped the grader" in details[0].message and rows[0]["review"] == "ch02-ex1 ch02-ex2"
 
 
 def test_without_bubblewrap_the_grader_says_so_and_still_grades(tmp_path, fixture_checks, monkeypatch, capsys):
@@ -609,6 +675,9 @@ def test_the_wire_round_trips_data_and_refuses_the_rest():
 
 
 @pytest.mark.parametrize("code, forbidden, hit, review", [
+    ("from operator import methodcaller as m\n", ("torch.softmax",), None, "import of methodcaller"),
+    ("import typing\nh = typing.get_type_hints(f)\n", ("torch.softmax",), None, "get_type_hints"),
+    ("import string\nf = string.Formatter().get_field('0.x', (1,), {})\n", (), None, "get_field"),
     ("def f(x):\n    return x.softmax(-1)\n", ("torch.softmax",), "torch.softmax", None),
     ("from torch.nn.functional import softmax as s\n", ("torch.softmax",), "torch.softmax", None),
     ("def f(x):\n    return x.log_softmax(-1).exp()\n", ("torch.softmax",), "torch.softmax", None),
@@ -701,3 +770,280 @@ def test_a_check_may_differentiate_through_the_students_result_and_pass_a_genera
         assert torch.equal(torch.rand(2, generator=g), torch.rand(2, generator=local))  # advanced alike
     finally:
         worker.close()
+
+
+# --- issue 38: an unprivileged worker, integrity, the judge, a table for every class -------------
+
+def _in_worker(code: str, names: list, hidden=()) -> dict:
+    worker = proxy.Worker(sandbox.Limits(), list(hidden))
+    try:
+        worker.budget = 120
+        reply, buffers = worker.request({"op": "load", "chapter": "c", "label": "x", "code": code,
+                                         "prelude": "", "names": names})
+        assert "result" in reply, reply
+        return wire.decode(reply["result"], buffers, lambda h: h)
+    finally:
+        worker.close()
+
+
+@needs_bwrap
+def test_the_worker_runs_unprivileged_with_no_capability_and_a_system_call_filter():
+    values = _in_worker("""
+import ctypes, os
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+status = {k: v.strip() for k, v in status.items() if k in ("Uid", "Gid", "CapEff", "CapPrm", "CapBnd", "CapInh", "NoNewPrivs", "Seccomp")}
+def refused(fn):
+    try:
+        fn()
+        return False
+    except OSError:
+        return True
+fork = refused(os.fork)
+spawn = refused(lambda: os.posix_spawn("/bin/true", ["/bin/true"], {}))
+libc = ctypes.CDLL(None, use_errno=True)
+remount = libc.mount(b"none", b"/opt/fundamentallm/fundamentallm", None, 32 | 4096, None)
+write_package = refused(lambda: open("/opt/fundamentallm/fundamentallm/course/_worker.py", "a"))
+write_root = refused(lambda: open("/pwned", "w"))
+write_dev = refused(lambda: open("/dev/pwned", "w"))
+checks_seen = sorted(os.listdir("/opt/fundamentallm/fundamentallm/checks"))
+""", ["status", "fork", "spawn", "remount", "write_package", "write_root", "write_dev", "checks_seen"])
+    status = values["status"]
+    assert [int(u) for u in status["Uid"].split()] == [int(status["Uid"].split()[0])] * 4
+    assert int(status["Uid"].split()[0]) != 0 and int(status["Gid"].split()[0]) != 0
+    for cap in ("CapEff", "CapPrm", "CapBnd", "CapInh"):
+        assert int(status[cap], 16) == 0, (cap, status[cap])
+    assert status["NoNewPrivs"] == "1"
+    if sandbox.seccomp_unavailable() is None:
+        assert status["Seccomp"] == "2" and values["fork"] and values["spawn"]
+    assert values["remount"] == -1 and values["write_package"] and values["write_root"] and values["write_dev"]
+    assert values["checks_seen"] == ["core.py"]  # no chapter's checks, references or answer keys
+
+
+def test_the_seccomp_program_is_well_formed():
+    import struct
+
+    for machine in ("x86_64", "aarch64"):
+        program = sandbox.seccomp_program(machine)
+        assert len(program) % 8 == 0 and len(program) // 8 < 256
+        n = len(program) // 8
+        for i in range(n):
+            code, jt, jf, k = struct.unpack_from("=HBBI", program, 8 * i)
+            if code & 0x07 == 0x05:  # a jump stays inside the program
+                assert i + 1 + max(jt, jf) < n
+        assert struct.unpack_from("=HBBI", program, 8 * (n - 1))[0] == 0x06  # ends on a return
+
+
+@needs_bwrap
+def test_the_grader_hashes_its_files_and_a_change_stops_the_class(tmp_path, fixture_checks, monkeypatch):
+    root, subs = _small_class(tmp_path)
+    book02 = root / "book" / "02_tiny.ipynb"
+    original = book02.read_bytes()
+    real = grading.grade_student
+
+    def tampering(name, folder, *a, **k):
+        results = real(name, folder, *a, **k)
+        if name == "b_wrong":  # as if b_wrong's code had rewritten the book
+            book02.write_bytes(original + b" ")
+        return results
+
+    monkeypatch.setattr(grading, "grade_student", tampering)
+    out = tmp_path / "out" / "scores.csv"
+    with pytest.raises(grading.IntegrityError, match="while 'b_wrong' was graded") as e:
+        grade(subs, out, root=root, chapters=["02"], timeout=30, quiet=True)
+    assert "02_tiny.ipynb" in str(e.value)
+    table = list(csv.reader(out.open()))
+    assert [r[0] for r in table[1:]] == ["a_honest"]  # nothing from b_wrong on is written
+    assert not any(json.loads(line).get("finished") for line in Path(str(out) + ".journal.jsonl").read_text().splitlines())
+    assert grading.integrity_changes(grading.integrity_digest([]), grading.integrity_digest([])) == []
+
+
+def test_a_table_for_every_class(tmp_path, fixture_checks, monkeypatch):
+    """A folder name that is not UTF-8, a folder that vanishes, a notebook that is not a notebook:
+    each gets a row that says what was wrong."""
+    root, subs = _small_class(tmp_path)
+    odd = os.fsdecode(b"d_name_\xff")
+    (subs / odd).mkdir()
+    (subs / odd / "02_tiny.ipynb").write_bytes(b"%PDF-1.4 not a notebook")
+    (subs / "e_vanishes").mkdir()
+    real_folders = grading.student_folders
+
+    def folders(path):
+        found = real_folders(path)
+        if (subs / "e_vanishes").exists():
+            (subs / "e_vanishes").rmdir()
+        return found
+
+    monkeypatch.setattr(grading, "student_folders", folders)
+    out = tmp_path / "scores.csv"
+    rows, details = grade(subs, out, root=root, chapters=["02"], timeout=30, quiet=True)
+    names = [r["student"] for r in rows]
+    assert names == ["a_honest", "b_wrong", "c_stubs", "d_name_\\xff", "e_vanishes"]
+    by = {(r.student, r.label): r for r in details}
+    assert "could not be read" in by[("d_name_\\xff", "ch02-ex1")].message
+    assert "no 02_tiny.ipynb" in by[("e_vanishes", "ch02-ex1")].message
+    assert [r[0] for r in csv.reader(out.open(encoding="utf-8"))][1:] == names
+    assert main(["grade", str(subs), "--root", str(root), "--chapters", "02", "--timeout", "30"]) == 0
+
+
+def test_self_check_items_count_no_marks_and_have_their_own_column(tmp_path, fixture_checks, monkeypatch):
+    from fundamentallm.checks import core
+
+    root, subs = _small_class(tmp_path)
+    monkeypatch.setattr(core, "SELF_CHECK", {"check_fixture_count_words"})
+    labels = ["ch02-ex1", "ch02-ex2"]
+    monkeypatch.setattr(grading, "grade_student", lambda name, *a, **k: [
+        grading.Result(name, "02_tiny", lab, True, "graded") for lab in labels])
+    out = tmp_path / "scores.csv"
+    rows, _ = grade(subs, out, root=root, chapters=["02"], quiet=True)
+    assert rows[0]["total"] == 1 and rows[0]["out_of"] == 1
+    assert rows[0]["self_check"] == 1 and rows[0]["self_check_of"] == 1
+    table = list(csv.reader(out.open()))
+    assert table[0] == ["student", *labels, "total", "out_of", "self_check", "self_check_of", "review"]
+    assert table[1] == ["a_honest", "1", "1", "1", "1", "1", "1", ""]
+
+
+def test_resume_grades_a_classmate_cut_short_beside_a_hang_alone_and_fairly(tmp_path, fixture_checks, monkeypatch):
+    """Two kills with --jobs 2: the innocent student started twice beside the hanging one is graded
+    again (alone), not given 0; a student who stops the grader while graded alone gets review."""
+    root, subs = _small_class(tmp_path)
+    out = tmp_path / "scores.csv"
+    labels = ["ch02-ex1", "ch02-ex2"]
+    Path(str(out) + ".journal.jsonl").write_text(
+        json.dumps({"seed": 5, "labels": labels}) + "\n"
+        + '{"started": "a_honest"}\n{"started": "b_wrong"}\n' * 2 + '{"started": "c_stubs", "solo": true}\n',
+        encoding="utf-8")
+    order = []
+
+    def fake(name, *a, **k):
+        order.append(name)
+        return [grading.Result(name, "02_tiny", lab, True, "graded") for lab in labels]
+
+    monkeypatch.setattr(grading, "grade_student", fake)
+    rows, details = grade(subs, out, root=root, chapters=["02"], resume=True, jobs=2, quiet=True)
+    assert [r["total"] for r in rows] == [2, 2, 0]
+    assert order == ["a_honest", "b_wrong"]  # both again, one at a time; c_stubs not a third time
+    assert "stopped the grader" in details[-1].message and rows[2]["review"] == "ch02-ex1 ch02-ex2"
+    lines = [json.loads(line) for line in Path(str(out) + ".journal.jsonl").read_text().splitlines()]
+    assert {"started": "a_honest", "solo": True} in lines
+
+
+@needs_bwrap
+def test_the_grader_works_from_a_python_environment_under_tmp(tmp_path, fixture_checks):
+    """Issue 45: an environment under /tmp (a venv whose site-packages reach this one's through a
+    .pth file) is bound inside the sandbox after its /tmp is mounted, so the worker finds it."""
+    import sysconfig
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="fundamentallm-env-") as env:
+        env = Path(env)
+        subprocess.run([sys.base_prefix + "/bin/python3" if Path(sys.base_prefix, "bin", "python3").exists()
+                        else sys.executable, "-m", "venv", "--without-pip", str(env / "venv")], check=True)
+        python = env / "venv" / "bin" / "python"
+        site_dir = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                       capture_output=True, text=True, check=True).stdout.strip())
+        (site_dir / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+        root, subs = _small_class(tmp_path)
+        out = tmp_path / "out" / "scores.csv"
+        code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_grading as t; "
+                f"from fundamentallm import checks; [setattr(checks, n, checks.CHECKS[n]) for n in t.FIXTURE_CHECKS]; "
+                f"from fundamentallm.course import main; sys.exit(main(sys.argv[1:]))")
+        repo = str(Path(__file__).resolve().parents[1])
+        done = subprocess.run([str(python), "-c", code, "grade", str(subs), "--root", str(root), "--csv", str(out),
+                               "--chapters", "02", "--timeout", "60"], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": repo}, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        table = list(csv.reader(out.open()))
+        assert [(r[0], r[3]) for r in table[1:]] == [("a_honest", "2"), ("b_wrong", "0"), ("c_stubs", "0")]
+        assert "No such file" not in done.stderr
+
+
+JUDGE_ATTACKS = ("d02_methodcaller", "d03_type_hints", "d06_overrides_rot13", "d07_pydoc_locate", "d08_formatter_field")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name", JUDGE_ATTACKS)
+def test_the_dispatcher_records_a_forbidden_call_however_it_is_spelled(name):
+    """Without the source review: the worker's torch function mode sees the forbidden function
+    PyTorch dispatches, whatever route the answer took to it."""
+    label, code = attacks({"02_tiny": Path("x")}, Path("s"), Path("o"))[name]
+    worker = proxy.Worker(sandbox.Limits(), [])
+    try:
+        worker.budget = 120
+        session = proxy.Session(worker, ["torch.softmax"], True)
+        reply, buffers = worker.request({"op": "load", "chapter": "03", "label": label, "code": code,
+                                         "prelude": "import math\nimport torch\n", "names": ["softmax_rows"]})
+        fn = session._reply(reply, buffers, "answer")["softmax_rows"]
+        with pytest.raises(CheckFailed, match="not to use torch.softmax"):
+            fn(torch.randn(3, 5))
+        honest = "def softmax_rows(x):\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)\n"
+        reply, buffers = worker.request({"op": "load", "chapter": "03", "label": label, "code": honest,
+                                         "prelude": "", "names": ["softmax_rows"]})
+        fn = session._reply(reply, buffers, "answer")["softmax_rows"]
+        assert torch.allclose(fn(torch.randn(3, 5)).sum(-1), torch.ones(3, dtype=torch.float32))
+    finally:
+        worker.close()
+
+
+@needs_bwrap
+def test_a_child_process_and_the_checks_reference_are_out_of_reach():
+    values = _in_worker("""
+import subprocess, sys
+try:
+    subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True)
+    child = "ran"
+except OSError as e:
+    child = type(e).__name__
+try:
+    from fundamentallm.checks import ch02
+    reference = "imported"
+except ImportError as e:
+    reference = type(e).__name__
+""", ["child", "reference"])
+    assert values["reference"] in ("ImportError", "ModuleNotFoundError")
+    if sandbox.seccomp_unavailable() is None:
+        assert values["child"] == "PermissionError"
+
+
+@needs_bwrap
+def test_after_a_worker_crash_a_later_answer_may_use_an_earlier_ones_function(tmp_path, fixture_checks):
+    root = tmp_path / "book_root"
+    write_book(root)
+    subs = tmp_path / "subs"
+    (subs / "a_crashes").mkdir(parents=True)
+    answers = {"ch02-ex1": "import os\n\ndef split_words(text):\n    return text.split()\n\n"
+                           "def running_sum(xs):\n    os._exit(3)\n",
+               "ch02-ex2": "def count_words(text):\n    counts = {}\n    for w in split_words(text):\n"
+                           "        counts[w] = counts.get(w, 0) + 1\n    return counts\n"}
+    nbformat.write(student("a", answers)["02_tiny"], subs / "a_crashes" / "02_tiny.ipynb")
+    rows, details = grade(subs, root=root, chapters=["02"], timeout=60, quiet=True)
+    by = {r.label: r for r in details}
+    assert "ended" in by["ch02-ex1"].message or by["ch02-ex1"].status == "needs review"
+    assert by["ch02-ex2"].passed, by["ch02-ex2"].message  # replayed: split_words is defined
+
+
+def test_the_grader_reads_an_answer_in_place_and_refuses_one_too_large():
+    r, w = os.pipe()
+    try:
+        data = torch.arange(1000, dtype=torch.float32)
+        obj, buffers = wire.encode({"x": data})
+        wire.send(w, {"ok": True, "result": obj}, buffers)
+        header, got = wire.recv(r, time.monotonic() + 10)
+        assert isinstance(got[0], memoryview)
+        assert torch.equal(wire.decode(header["result"], got, lambda h: h)["x"], data)
+        wire.send(w, {"ok": True, "result": obj}, buffers)
+        with pytest.raises(wire.WireError, match="too large"):
+            wire.recv(r, time.monotonic() + 10, max_buffers=100)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_the_grading_benchmark_grades_an_honest_student_with_no_false_failure():
+    """benchmarks/grading.py on one chapter and one student (the full class is the lead's run)."""
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "grading.py"), "--students", "1", "--jobs", "1",
+                           "--chapters", "02", "--timeout", "120"], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["students"] == 1 and result["exercises"] > 0 and result["false_failures"] == []

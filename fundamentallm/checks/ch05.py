@@ -13,6 +13,7 @@ from .core import (
     assert_same,
     check_shape,
     exercise_check,
+    finite_number,
 )
 
 
@@ -202,7 +203,7 @@ def check_branch_scale(branch_scale: Callable) -> str:
     for L, s in zip(depths, scales):
         if isinstance(s, bool) or not isinstance(s, (int, float, torch.Tensor)):
             raise CheckFailed(f"branch_scale({L}) should return a number, got {s!r}")
-    scales = [float(s) for s in scales]
+    scales = [finite_number(s, f"branch_scale({L})") for L, s in zip(depths, scales)]
     stds = [_ch05_stream_std(L, s, seed=i) for i, (L, s) in enumerate(zip(depths, scales))]
     table = ", ".join(f"L={L}: {v:.2f}" for L, v in zip(depths, stds))
     if min(stds) < 1.15:

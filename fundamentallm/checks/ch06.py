@@ -12,6 +12,8 @@ from .core import (
     assert_same,
     check_shape,
     exercise_check,
+    finite_number,
+    is_close_number,
 )
 
 
@@ -147,15 +149,12 @@ def check_ln_jacobian_prediction(ln_jacobian_prediction) -> str:
     if answer["J_zhat"] != "zero":
         raise CheckFailed("J_zhat: moving z along z_hat only rescales the centred vector (up to eps), "
                           "and the division by sigma undoes a rescaling: J z_hat = 0 (up to eps)")
-    try:
-        ratio = float(answer["norm_ratio"])
-    except (TypeError, ValueError):
-        raise CheckFailed(f"norm_ratio should be a number, got {answer['norm_ratio']!r}") from None
+    ratio = finite_number(answer["norm_ratio"], "norm_ratio")
     z = torch.randn(16, generator=torch.Generator().manual_seed(66), dtype=torch.float64)
     ln = lambda v: torch.nn.functional.layer_norm(v, (16,), eps=1e-5)  # noqa: E731
     true = float(torch.linalg.matrix_norm(torch.autograd.functional.jacobian(ln, 10 * z), ord=2)
                  / torch.linalg.matrix_norm(torch.autograd.functional.jacobian(ln, z), ord=2))
-    if abs(ratio - true) > 0.02 * true:
+    if not is_close_number(ratio, true, rtol=0.02):
         hint = " (the output does not change, but how fast it changes does)" if abs(ratio - 1) < 1e-9 else ""
         raise CheckFailed(f"norm_ratio = {ratio:.3g}: the Jacobian carries a factor 1/sigma(z); what "
                           f"does multiplying z by 10 do to sigma?{hint}")

@@ -6,7 +6,14 @@ from typing import Callable
 
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .core import (
+    CheckFailed,
+    assert_same,
+    check_shape,
+    exercise_check,
+    finite_number,
+    is_close_number,
+)
 
 
 def _ch12_rng(seed: int) -> torch.Generator:
@@ -184,7 +191,7 @@ def check_mlm_mask(mlm_mask: Callable) -> str:
 
     def near(name, value, p, n, slack=0.005):
         tol = 5 * (p * (1 - p) / n) ** 0.5 + slack
-        if abs(value - p) > tol:
+        if not is_close_number(value, p, atol=tol):
             raise CheckFailed(f"{name}: expected about {p:.3f}, got {value:.3f} (tolerance {tol:.3f})")
 
     near("fraction of eligible tokens selected", n_sel / n_eligible, 0.15, n_eligible)
@@ -236,7 +243,7 @@ def check_mlm_shares(mlm_shares: Callable) -> str:
         if not isinstance(got, dict) or set(got) != set(expected):
             raise CheckFailed(f"vocab_size={vocab_size}: return a dict with keys {sorted(expected)}, got {got!r}")
         for key, value in expected.items():
-            if abs(float(got[key]) - value) > 1e-12:
+            if not is_close_number(finite_number(got[key], repr(key)), value, atol=1e-12):
                 raise CheckFailed(f"vocab_size={vocab_size}, mask_prob={mask_prob}, random_prob={random_prob}: "
                                   f"{key!r} expected {value:.6f}, got {float(got[key]):.6f}")
     return f"{len(cases)} vocabularies and rules, BERT's included"

@@ -25,6 +25,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import math
 import os
 import site
 import sys
@@ -257,6 +258,21 @@ class _Forbidden:
         label = self.codes.get(frame.f_code)
         if label is None and self.modules:
             module = frame.f_globals.get("__name__", "")
+            label = next((v for m, v in self.modules.items() if module == m or module.startswith(m + ".")), None)
+        return label
+
+    def match_function(self, fn: Any) -> Optional[str]:
+        """The label of ``fn`` as PyTorch's dispatcher hands it to a ``TorchFunctionMode`` (a
+        function, a builtin or an unbound tensor method), or None."""
+        code = getattr(fn, "__code__", None)
+        label = self.codes.get(code) if isinstance(code, types.CodeType) else None
+        if label is None:
+            label = self.builtins.get(id(fn))
+        if label is None:
+            name, owner = getattr(fn, "__name__", None), getattr(fn, "__objclass__", None)
+            label = self.methods.get((name, owner)) if owner is not None else None
+        if label is None and self.modules:
+            module = getattr(fn, "__module__", None) or ""
             label = next((v for m, v in self.modules.items() if module == m or module.startswith(m + ".")), None)
         return label
 
@@ -506,6 +522,44 @@ def assert_same(actual: Any, expected: Any, what: str = "output", rtol: Optional
             f"{idx}: expected {e[idx].item():.6g}, got {a[idx].item():.6g} "
             f"(max abs difference {diff.max().item():.3g})"
         ) from None
+
+
+def finite_number(value: Any, what: str) -> float:
+    """``value`` as a float: a real number (a Python number or a one-element tensor/array), and
+    finite -- NaN and infinity raise :class:`CheckFailed`, so no later comparison can be fooled by
+    them (``abs(nan - x) > tol`` is False). Use it for every number an answer gives."""
+    if isinstance(value, (bool, str, bytes)) or value is None:
+        raise CheckFailed(f"{what} should be a number, got {value!r}"[:200])
+    try:
+        number = float(value.item() if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1
+                       else value)
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        raise CheckFailed(f"{what} should be a number, got {type(value).__name__} {str(value)[:60]}") from None
+    if not math.isfinite(number):
+        raise CheckFailed(f"{what} is {number}: the answer is a finite number")
+    return number
+
+
+def is_close_number(got: float, expected: float, rtol: float = 0.0, atol: float = 0.0) -> bool:
+    """Whether ``|got - expected| <= atol + rtol * |expected|``: False for NaN or infinity (the
+    one comparison of numbers the checks share)."""
+    try:
+        got, expected = float(got), float(expected)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(got) and abs(got - expected) <= atol + rtol * abs(expected)
+
+
+def assert_close_number(got: Any, expected: float, what: str, rtol: float = 0.0, atol: float = 0.0,
+                        hint: Optional[str] = None) -> float:
+    """Raise :class:`CheckFailed` unless ``got`` is a finite number within ``atol + rtol *
+    |expected|`` of ``expected``; the message is ``hint`` when given (a graded check names the
+    mechanism to rethink, never the answer), else it states both numbers. Returns ``got`` as a
+    float."""
+    number = finite_number(got, what)
+    if not is_close_number(number, expected, rtol, atol):
+        raise CheckFailed(hint if hint is not None else f"{what}: expected {expected:.6g}, got {number:.6g}")
+    return number
 
 
 def check_shape(x: Any, expected: tuple, what: str = "output") -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import CheckFailed
+from .core import CheckFailed, finite_number
 
 
 def require_prediction(value: Any, name: str, what: str) -> None:
@@ -28,7 +28,7 @@ def number(value: Any, name: str) -> float:
     """A prediction that must be a real number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise CheckFailed(f"{name} must be a number, got {type(value).__name__} {str(value)[:60]}")
-    return float(value)
+    return finite_number(value, name)
 
 
 def answer_given(value, name: str, expected: str):

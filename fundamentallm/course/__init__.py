@@ -48,7 +48,8 @@ def __getattr__(name: str):
 def _print_table(rows: list[dict], details: list) -> None:
     print(f"{'student':30s} {'score':>9s}")
     for row in rows:
-        print(f"{row['student'][:30]:30s} {row['total']:4d}/{row['out_of']:<4d}")
+        print(f"{row['student'][:30]:30s} {row['total']:4d}/{row['out_of']:<4d}"
+              + (f"  self-check {row['self_check']}/{row['self_check_of']}" if row.get("self_check_of") else ""))
     counts: dict[str, int] = {}
     for r in details:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -156,4 +157,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (FileNotFoundError, ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        if type(e).__name__ != "IntegrityError":
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 3
     return 0

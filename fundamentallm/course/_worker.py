@@ -2,7 +2,9 @@
 the sandbox).
 
 It holds one student's code and nothing else: no check, no expected value, no score, no file of
-the grader. It reads requests from its stdin and answers on its stdout, in the wire format
+the grader. In the sandbox only ``fundamentallm/checks/core.py`` of the checks is visible (the
+chapters' checks, their references and answer keys are not), and before any student code runs
+the worker drops every privilege and installs the seccomp filter (:func:`sandbox.confine`). It reads requests from its stdin and answers on its stdout, in the wire format
 (:mod:`fundamentallm.course.wire`), one request at a time:
 
 * ``load``: run the student's code of one exercise (after the chapter's imports) in the
@@ -11,8 +13,10 @@ the grader. It reads requests from its stdin and answers on its stdout, in the w
 * ``call``: call a handle with data arguments (or handles); answer the result, the arguments the
   call changed in place, or the exception's type and message (``NotImplementedError`` for a
   stub). Calls to the exercise's forbidden functions are recorded by the profiler of
-  :func:`fundamentallm.checks.core.run_forbidding` (a second signal; the grader's verdict is its
-  static analysis of the source);
+  :func:`fundamentallm.checks.core.run_forbidding` and, at PyTorch's dispatcher, by a
+  ``TorchFunctionMode`` that sees every torch function the call reaches, however it was named
+  (``operator.methodcaller``, a string evaluated, ``torch.overrides`` enumerated, the package's own
+  code); a mode the student's code removed or replaced makes the exercise fail as tampering;
 * ``getattr``: an attribute of a handle.
 
 The worker is untrusted: the grader treats everything it answers as the student's answer and
@@ -38,6 +42,12 @@ def main() -> None:
 
     if os.environ.get(sandbox.LIMITS_ENV):
         sandbox.set_limits(os.environ.pop(sandbox.LIMITS_ENV))
+    sandboxed = os.environ.pop(sandbox.SANDBOX_ENV, None) == "1"
+    try:  # outside bubblewrap a root grader's worker stays root (it must read the grader's Python)
+        missing = sandbox.confine(drop_root=sandboxed)
+    except OSError as e:
+        wire.send(proto_out, {"ready": False, "error": f"the worker could not drop its privileges ({e})"}, [])
+        os._exit(1)
 
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -100,10 +110,16 @@ def main() -> None:
                 if forbidden:
                     from fundamentallm.checks.core import CheckFailed, run_forbidding
 
+                    recorder = _recorder(forbidden)
                     try:
-                        result = run_forbidding(forbidden, lambda: fn(*args, **kwargs))
+                        with recorder:
+                            result = run_forbidding(forbidden, lambda: fn(*args, **kwargs))
                     except CheckFailed as e:  # the profiler saw a forbidden call
                         return {"forbidden": str(e)}, []
+                    finally:
+                        seen = recorder.verdict()
+                    if seen:
+                        return {"forbidden": seen}, []
                 else:
                     result = fn(*args, **kwargs)
             except BaseException as e:
@@ -136,7 +152,7 @@ def main() -> None:
             return answer(value if not callable(value) else wire.Handle(to_handle(value)), {})
         return {"error": {"type": "ProtocolError", "message": f"unknown op {op!r}"}}, []
 
-    wire.send(proto_out, {"ready": True}, [])
+    wire.send(proto_out, {"ready": True, "missing": missing}, [])
     while True:
         try:
             header, buffers = wire.recv(proto_in)
@@ -152,6 +168,73 @@ def main() -> None:
             wire.send(proto_out, error(e), [])
     sys.stdout.flush()
     os._exit(0)  # do not wait for threads the student's code may have left running
+
+
+class _Recorder:
+    """A ``TorchFunctionMode`` (made lazily: torch is imported only when needed) that records every
+    call of a forbidden torch function while the student's function runs, by the function object
+    PyTorch dispatches, not by the name the student wrote; and whether the mode was still in
+    place at the end (a student who pops or disables it is caught as tampering)."""
+
+    def __init__(self, forbidden: tuple) -> None:
+        self.forbidden, self.used, self.mode, self.depth, self.tampered = forbidden, [], None, 0, False
+
+    def __enter__(self):
+        torch = sys.modules.get("torch")
+        if torch is None:
+            import torch
+        from torch.overrides import TorchFunctionMode
+
+        from fundamentallm.checks.core import _Forbidden
+        from fundamentallm.course.review import _forbidden_key, _words
+
+        match = _Forbidden(self.forbidden)
+        # by name too, its variants: ``_softmax``, ``log_softmax``, ``_log_softmax`` of ``softmax``
+        keys = [(d, _forbidden_key(d)) for d in self.forbidden if d.startswith("torch")]
+
+        def _names_forbidden(name: str, key: list) -> bool:
+            words = _words(name)
+            return bool(key) and (words == key or words == ["log", *key])
+        used = self.used
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                label = match.match_function(func)
+                name = getattr(func, "__name__", "") or ""
+                if label is None:
+                    label = next((d for d, key in keys if _names_forbidden(name, key)), None)
+                if label is not None:
+                    used.append(label)
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+        self.depth = torch._C._len_torch_function_stack()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch = sys.modules["torch"]
+        stack = torch._C._len_torch_function_stack()
+        top = torch._C._get_function_stack_at(stack - 1) if stack > self.depth else None
+        enabled = torch._C._is_torch_function_enabled()
+        if top is not self.mode or stack != self.depth + 1 or not enabled:
+            self.tampered = True
+            while torch._C._len_torch_function_stack() > self.depth:
+                torch._C._pop_torch_function_stack()
+        else:
+            self.mode.__exit__(*exc)
+
+    def verdict(self) -> str:
+        if self.tampered:
+            return ("your code removed or disabled the record of the torch functions it calls "
+                    "(torch function mode); the exercise cannot be graded")
+        if self.used:
+            return f"this exercise asks you not to use {self.used[0]}; write it with basic operations instead"
+        return ""
+
+
+def _recorder(forbidden: tuple) -> _Recorder:
+    return _Recorder(forbidden)
 
 
 if __name__ == "__main__":

@@ -33,10 +33,12 @@ import ast
 import contextlib
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 import os
 import random
+import re
 import stat
 import sys
 import threading
@@ -291,8 +293,7 @@ class StudentGrader:
             verdict = "the check passed" if result.passed else f"the check: {result.message}"
             result = self._result(item, False, "needs review: the code uses " + "; ".join(item.review[:5])
                                   + f" ({verdict})", REVIEW)
-        if self.worker is None:
-            self.loaded[chapter] = []
+        del chapter  # the answers that loaded fine stay in self.loaded: the next worker replays them
         return result
 
     def _result(self, item: Item, passed: bool, message: str, status: str) -> Result:
@@ -430,13 +431,71 @@ def grading_context(seed: int):
         sys.stdout = previous
 
 
-def _row(student: str, results: list[Result], labels: list[str]) -> dict:
+def self_check_labels(chapters: Sequence[Chapter]) -> set[str]:
+    """The labels of self-check items: exercises whose check cell calls only checks of
+    :data:`fundamentallm.checks.core.SELF_CHECK` (they count no marks)."""
+    from ..checks.core import SELF_CHECK
+
+    labels = set()
+    for chapter in chapters:
+        for ex in chapter.exercises:
+            names = re.findall(r"\bchecks\.(check_\w+)", ex.check or "")
+            if names and all(n in SELF_CHECK for n in names):
+                labels.add(ex.label)
+    return labels
+
+
+def _row(student: str, results: list[Result], labels: list[str], self_checks: frozenset = frozenset()) -> dict:
+    """One student's row: 1/0 per exercise; ``total``/``out_of`` over the graded exercises only;
+    ``self_check``/``self_check_of`` for the self-check items (no marks); ``review``."""
     row: dict[str, Any] = {"student": student}
     row.update({r.label: int(r.passed) for r in results})
-    row["total"] = sum(int(r.passed) for r in results)
-    row["out_of"] = len(labels)
+    row["total"] = sum(int(r.passed) for r in results if r.label not in self_checks)
+    row["out_of"] = sum(1 for lab in labels if lab not in self_checks)
+    row["self_check"] = sum(int(r.passed) for r in results if r.label in self_checks)
+    row["self_check_of"] = sum(1 for lab in labels if lab in self_checks)
     row["review"] = " ".join(r.label for r in results if r.status == REVIEW)
     return row
+
+
+def student_name(folder: Path) -> str:
+    """A student's name as text: the folder's name, any byte that is not UTF-8 written as ``\\xNN``."""
+    name = os.fsencode(Path(folder).name)
+    return name.decode("utf-8", "backslashreplace")
+
+
+class IntegrityError(RuntimeError):
+    """The grader's own files (its package, the checks, the book) changed during the class."""
+
+
+def integrity_files(book: Sequence[Chapter]) -> list[Path]:
+    """The files whose change stops the class: every file of the ``fundamentallm`` package (the
+    grader, the checks) and the book's chapters. Not ``__pycache__``: Python itself rewrites a
+    stale ``.pyc`` when the grader first imports a module mid-class (the sandbox keeps the
+    package read-only for the students' code either way)."""
+    files = sorted(p for p in sandbox.PACKAGE_DIR.rglob("*")
+                   if (p.is_file() or p.is_symlink()) and "__pycache__" not in p.relative_to(sandbox.PACKAGE_DIR).parts)
+    return files + sorted({Path(c.path) for c in book})
+
+
+def integrity_digest(book: Sequence[Chapter]) -> dict[str, str]:
+    """``{path: sha256}`` of :func:`integrity_files` (a missing or unreadable file hashes as
+    ``"missing"``)."""
+    digest = {}
+    for path in integrity_files(book):
+        try:
+            digest[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest() if not path.is_symlink() \
+                else "link:" + os.readlink(path)
+        except OSError:
+            digest[str(path)] = "missing"
+    return digest
+
+
+def integrity_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Files changed, removed or added since ``before``."""
+    changed = [p for p, h in before.items() if after.get(p, "missing") != h]
+    changed += [p for p in after if p not in before]
+    return sorted(changed)
 
 
 def _write_atomic(path: Path, write) -> None:
@@ -456,6 +515,7 @@ class Journal:
         self.path, self.lock = path, threading.Lock()
         self.done: dict[str, list[Result]] = {}
         self.starts: dict[str, int] = {}
+        self.solo: dict[str, int] = {}  # starts while no other student was graded
         lines = []
         if path.exists():
             lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -471,6 +531,8 @@ class Journal:
             for line in lines[1:]:
                 if "started" in line:
                     self.starts[line["started"]] = self.starts.get(line["started"], 0) + 1
+                    if line.get("solo"):
+                        self.solo[line["started"]] = self.solo.get(line["started"], 0) + 1
                 elif "student" in line:
                     self.done[line["student"]] = [Result(**r) for r in line["results"]]
             self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
@@ -485,8 +547,8 @@ class Journal:
             self.file.flush()
             os.fsync(self.file.fileno())
 
-    def started(self, student: str) -> None:
-        self._write({"started": student})
+    def started(self, student: str, solo: bool = False) -> None:
+        self._write({"started": student, **({"solo": True} if solo else {})})
 
     def finished(self, student: str, results: list[Result]) -> None:
         self._write({"student": student, "results": [r.__dict__ for r in results]})
@@ -517,15 +579,20 @@ def grade(submissions: Path, csv_path: Optional[Path] = None, details_path: Opti
     if resume and csv_path is None:
         raise ValueError("resume=True needs csv_path (the journal sits beside the CSV file)")
     folders = student_folders(submissions)
-    names = [f.name for f in folders]
+    names = [student_name(f) for f in folders]
     book = book_chapters(root)
     if chapters:
         book = [c for c in book if any(c.path.name.startswith(str(p)) for p in chapters)]
         if not book:
             raise ValueError(f"chapters={list(chapters)!r} matches no chapter of the book")
     labels = [ex.label for c in book for ex in c.exercises]
+    self_checks = frozenset(self_check_labels(book))
     if sandbox.bwrap_path() is None and not quiet:
         print(sandbox.NO_SANDBOX_NOTE, file=sys.stderr)
+    elif getattr(os, "geteuid", lambda: 1)() == 0 and not quiet:
+        print(sandbox.ROOT_NOTE, file=sys.stderr)
+    if sandbox.seccomp_unavailable() is not None and not quiet:
+        print(sandbox.NO_SECCOMP_NOTE.format(why=sandbox.seccomp_unavailable()), file=sys.stderr)
     hidden = [Path(submissions), *(p.parent for p in (csv_path, details_path) if p is not None),
               *(c.path.parent for c in book), *(c.path.parent.parent for c in book)]
     preludes = {c.name: chapter_prelude(c) for c in book}
@@ -538,16 +605,19 @@ def grade(submissions: Path, csv_path: Optional[Path] = None, details_path: Opti
         print(f"the checks' inputs are drawn with --seed {run_seed}", file=sys.stderr)
     done: dict[str, list[Result]] = dict(journal.done) if journal is not None else {}
     write_lock = threading.Lock()
+    baseline = integrity_digest(book)
+    stopped: list[str] = []  # the message that stopped the class
 
     def write_files() -> None:
         with write_lock:
             finished = [(n, done[n]) for n in names if n in done]
             if csv_path is not None:
                 def scores(w):
-                    w.writerow(["student", *labels, "total", "out_of", "review"])
+                    w.writerow(["student", *labels, "total", "out_of", "self_check", "self_check_of", "review"])
                     for n, results in finished:
-                        row = _row(n, results, labels)
-                        w.writerow([csv_safe(n), *(row[lab] for lab in labels), row["total"], row["out_of"], row["review"]])
+                        row = _row(n, results, labels, self_checks)
+                        w.writerow([csv_safe(n), *(row[lab] for lab in labels), row["total"], row["out_of"],
+                                    row["self_check"], row["self_check_of"], row["review"]])
                 _write_atomic(Path(csv_path), scores)
             if details_path is not None:
                 def details(w):
@@ -557,25 +627,41 @@ def grade(submissions: Path, csv_path: Optional[Path] = None, details_path: Opti
                             w.writerow([csv_safe(r.student), r.chapter, r.label, int(r.passed), r.status, csv_safe(r.message)])
                 _write_atomic(Path(details_path), details)
 
-    def one(folder: Path) -> None:
-        name = folder.name
-        if name in done:
+    def one(folder: Path, solo: bool = False) -> None:
+        name = student_name(folder)
+        if name in done or stopped:
             return
         if journal is not None:
-            if journal.starts.get(name, 0) >= 2:  # stopped the grader twice: not a third time
+            # a student whose grading was cut short is graded again alone (a classmate graded
+            # beside one that stopped the grader is innocent); one stopped again while alone, or
+            # three times, is not graded a third time
+            if journal.solo.get(name, 0) >= 1 or journal.starts.get(name, 0) >= 3:
                 results = [Result(name, c.name, ex.label, False, "grading this student stopped the grader "
-                                  "twice; 0 marks, please review", REVIEW) for c in book for ex in c.exercises]
+                                  "(also when graded alone); 0 marks, please review", REVIEW)
+                           for c in book for ex in c.exercises]
                 done[name] = results
                 journal.finished(name, results)
                 write_files()
                 return
-            journal.started(name)
+            journal.started(name, solo)
         try:
             results = grade_student(name, folder, book, timeout, limits, hidden, preludes)
         except Exception as e:  # never lose a student's row
             results = [Result(name, c.name, ex.label, False, f"the grader failed on this student "
                               f"({type(e).__name__}: {str(e)[:200]}); please review", REVIEW)
                        for c in book for ex in c.exercises]
+        with write_lock:
+            if not stopped:
+                changes = integrity_changes(baseline, integrity_digest(book))
+                if changes:
+                    stopped.append(
+                        f"the grader's own files changed while {name!r} was graded ({', '.join(changes[:5])}"
+                        f"{' ...' if len(changes) > 5 else ''}): the class is stopped and nothing graded from "
+                        f"then on is written as a mark (rows already written stand); restore the files "
+                        f"(git checkout, or reinstall the package), review {name!r}'s submission by hand, "
+                        f"then run again with --resume")
+            if stopped:
+                return
         done[name] = results
         if journal is not None:
             journal.finished(name, results)
@@ -583,18 +669,27 @@ def grade(submissions: Path, csv_path: Optional[Path] = None, details_path: Opti
 
     complete = False
     try:
+        if integrity_changes(baseline, integrity_digest(book)):
+            raise IntegrityError("the grader's files changed before the class started")
         with grading_context(run_seed):
+            suspects = [f for f in folders if journal is not None and student_name(f) not in done
+                        and journal.starts.get(student_name(f), 0) >= 1]
+            for folder in suspects:  # cut short before: alone, first
+                one(folder, solo=True)
+            rest = [f for f in folders if f not in suspects]
             if jobs == 1:
-                for folder in folders:
+                for folder in rest:
                     one(folder)
             else:
                 with ThreadPoolExecutor(max_workers=jobs) as pool:
-                    list(pool.map(one, folders))
-        complete = True
+                    list(pool.map(one, rest))
+        complete = not stopped
     finally:
         if journal is not None:
             journal.close(complete)
     write_files()
-    rows = [_row(n, done[n], labels) for n in names]
+    if stopped:
+        raise IntegrityError(stopped[0])
+    rows = [_row(n, done[n], labels, self_checks) for n in names]
     details_out = [r for n in names for r in done[n]]
     return rows, details_out

@@ -16,6 +16,7 @@ import functools
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +25,10 @@ from typing import Any, Optional, Sequence
 from . import sandbox, wire
 
 STARTUP_S = 120.0  # a fresh worker imports torch, on a busy machine
+# the most data one answer of the worker may carry: the grader's memory does not grow with an
+# answer's size (a larger answer fails its exercise: "message too large")
+MAX_ANSWER_BYTES = 64 * 2 ** 20
+_NOTED: set = set()
 
 
 class GradingAbort(BaseException):
@@ -64,12 +69,16 @@ class Worker:
         self.timeout_message = f"the grading worker did not start within {STARTUP_S:g} s"
         header, _ = self._recv()
         if not header.get("ready"):
-            raise GradingAbort("the grading worker did not start")
+            raise GradingAbort(str(header.get("error") or "the grading worker did not start")[:300])
+        for note in header.get("missing") or ():  # protection the worker could not set up: said once
+            if isinstance(note, str) and note not in _NOTED:
+                _NOTED.add(note)
+                print(f"grading worker: {note[:200]}", file=sys.stderr)
 
     def _recv(self) -> tuple[dict, list[bytes]]:
         started = time.monotonic()
         try:
-            return wire.recv(self.proc.stdout.fileno(), started + max(self.budget, 0.0))
+            return wire.recv(self.proc.stdout.fileno(), started + max(self.budget, 0.0), MAX_ANSWER_BYTES)
         except wire.Timeout:
             raise GradingAbort(self.timeout_message) from None
         except wire.Closed:

@@ -23,7 +23,9 @@ DYNAMIC_NAMES = {"__import__", "exec", "eval", "compile", "globals", "locals", "
 DYNAMIC_ATTRIBUTES = {"_getframe", "setprofile", "settrace", "getprofile", "gettrace", "f_back", "f_locals",
                       "f_globals", "f_code", "gi_frame", "cr_frame", "tb_frame", "tb_next", "ops", "_C",
                       "modules", "system", "popen", "fork", "kill", "environ", "getppid", "setpgid", "setsid",
-                      "jit", "methodcaller", "attrgetter", "_dynamo"}
+                      "jit", "methodcaller", "attrgetter", "_dynamo", "get_type_hints", "get_field", "locate",
+                      "get_overridable_functions", "get_testing_overrides", "resolve_name", "import_module",
+                      "vformat"}
 ALLOWED_DUNDERS = {"__init__", "__call__", "__repr__", "__str__", "__len__", "__getitem__", "__iter__",
                    "__next__", "__eq__", "__hash__", "__name__", "__doc__", "__post_init__", "__lt__",
                    "__contains__", "__setitem__", "__enter__", "__exit__"}
@@ -80,6 +82,8 @@ def review_source(code: str, forbidden: Sequence[str] = ()) -> tuple[list[str], 
                 if alias.name == "*":
                     review.append(f"`import *` (line {node.lineno})")
                 forbid(alias.name.rsplit(".", 1)[-1], node)
+                if isinstance(node, ast.ImportFrom) and (alias.name in DYNAMIC_ATTRIBUTES or alias.name in DYNAMIC_NAMES):
+                    review.append(f"import of {alias.name} (line {node.lineno})")
                 if isinstance(node, ast.ImportFrom) and alias.name.startswith("_") and alias.name != "__future__":
                     review.append(f"import of private {alias.name} (line {node.lineno})")
         elif isinstance(node, ast.Attribute):

@@ -246,28 +246,31 @@ class Closed(Exception):
     """The other side closed the stream (the worker ended)."""
 
 
-def _read_exactly(fd: int, n: int, deadline: Optional[float]) -> bytes:
-    out = bytearray()
-    while len(out) < n:
+def _read_exactly(fd: int, n: int, deadline: Optional[float]) -> bytearray:
+    """``n`` bytes from ``fd``, read in place into one buffer (no copy of what was read)."""
+    out = bytearray(n)
+    view, got = memoryview(out), 0
+    while got < n:
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise Timeout()
-        chunk = os.read(fd, min(n - len(out), 1 << 20))
-        if not chunk:
+        k = os.readv(fd, [view[got:got + (1 << 20)]])
+        if not k:
             raise Closed()
-        out += chunk
-    return bytes(out)
+        got += k
+    return out
 
 
-def recv(fd: int, deadline: Optional[float] = None) -> tuple[dict, list[bytes]]:
+def recv(fd: int, deadline: Optional[float] = None, max_buffers: int = MAX_BUFFERS) -> tuple[dict, list]:
     """Read one message from ``fd`` before ``deadline`` (``time.monotonic()``), checking its
-    limits before reading its body. Raises :class:`Timeout`, :class:`Closed` or :class:`WireError`."""
+    limits (``max_buffers``: the bytes of its data) before reading its body; the buffers are views
+    of one block read in place. Raises :class:`Timeout`, :class:`Closed` or :class:`WireError`."""
     prefix = _read_exactly(fd, len(MAGIC) + 16, deadline)
     if prefix[:4] != MAGIC:
         raise WireError("the stream is not in the grader's format")
     head_len, total = struct.unpack(">QQ", prefix[4:])
-    if head_len > MAX_HEADER or total > MAX_BUFFERS:
+    if head_len > MAX_HEADER or total > min(max_buffers, MAX_BUFFERS):
         raise WireError(f"message too large ({head_len} + {total} bytes)")
     try:
         header = json.loads(_read_exactly(fd, head_len, deadline).decode("utf-8"))
@@ -276,7 +279,7 @@ def recv(fd: int, deadline: Optional[float] = None) -> tuple[dict, list[bytes]]:
     sizes = header.get("buffers") if isinstance(header, dict) else None
     if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes) or sum(sizes) != total:
         raise WireError("message buffers do not add up")
-    body = _read_exactly(fd, total, deadline) if total else b""
+    body = memoryview(_read_exactly(fd, total, deadline)) if total else memoryview(b"")
     buffers, at = [], 0
     for s in sizes:
         buffers.append(body[at:at + s])
