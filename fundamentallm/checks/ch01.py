@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-import functools
+import math
 from typing import Callable
 
-import numpy as np
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
 from .predict import answer_given
+from .wrong import wrong_answer
+
+# Ways around "derive it by hand": autograd, and the library routines that compute a matrix power
+# or a spectral norm numerically.
+_NO_AUTOGRAD = ("torch.autograd.functional.jacobian", "torch.autograd.grad", "torch.Tensor.backward", "torch.func")
+_NO_LINALG = ("torch.linalg.matrix_power", "torch.matrix_power", "torch.linalg.matrix_norm", "torch.linalg.norm",
+              "torch.linalg.svdvals", "torch.linalg.svd",
+              "torch.linalg.eigvalsh", "torch.linalg.eigh")
 
 
-def _rnn_params(d_in: int, d_h: int, seed: int, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
+def _rnn_params(d_in: int, d_h: int, g: torch.Generator, dtype=torch.float64):
     W_x = torch.randn(d_h, d_in, generator=g, dtype=dtype) / d_in ** 0.5
     W_h = torch.randn(d_h, d_h, generator=g, dtype=dtype) / d_h ** 0.5
     b = torch.randn(d_h, generator=g, dtype=dtype) * 0.1
@@ -35,10 +41,10 @@ def _reference_rnn(W_x, W_h, b) -> torch.nn.RNN:
 @exercise_check
 def check_rnn_step(rnn_step: Callable) -> str:
     """``rnn_step(x_t, h_prev, W_x, W_h, b)`` -> ``tanh(x_t W_xᵀ + h_prev W_hᵀ + b)``, shape (B, d_h)."""
-    cases = [(3, 4, 5, 0, 1.0), (1, 2, 2, 1, 1.0), (4, 6, 3, 2, 5.0)]  # (B, d_in, d_h, seed, scale)
-    for B, d_in, d_h, seed, scale in cases:
-        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
-        g = torch.Generator().manual_seed(100 + seed)
+    g = rng(100)
+    cases = [(3, 4, 5, 1.0), (1, 2, 2, 1.0), (4, 6, 3, 5.0)]  # (B, d_in, d_h, scale)
+    for B, d_in, d_h, scale in cases:
+        W_x, W_h, b = _rnn_params(d_in, d_h, g)
         x_t = torch.randn(B, d_in, generator=g, dtype=torch.float64) * scale  # (B, d_in)
         h_prev = torch.randn(B, d_h, generator=g, dtype=torch.float64)  # (B, d_h)
         with torch.no_grad():
@@ -49,112 +55,133 @@ def check_rnn_step(rnn_step: Callable) -> str:
     return f"matches torch.nn.RNN on {len(cases)} cases"
 
 
-def _spectral_radius_np(W: torch.Tensor) -> float:
-    return float(np.abs(np.linalg.eigvals(W.detach().double().numpy())).max())
+def _jordan_norm_reference(lam: float, c: float, k: int) -> float:
+    W = torch.tensor([[lam, c], [0.0, lam]], dtype=torch.float64)
+    return float(torch.linalg.matrix_norm(torch.linalg.matrix_power(W, k), ord=2))
 
 
-@exercise_check
-def check_gradient_norm_through_time(gradient_norm_through_time: Callable) -> str:
-    """``gradient_norm_through_time(W_h, num_steps)`` -> ``‖∂h_{t+k}/∂h_t‖₂`` for k = 0..num_steps
-    in the linear RNN ``h_t = W_h h_{t-1} + W_x x_t + b``; compared with autograd Jacobians."""
-    cases = [(4, 0.9, 6, 0), (5, 1.1, 8, 1), (3, 1.0, 0, 2)]  # (d, rho, num_steps, seed)
-    for d, rho, num_steps, seed in cases:
-        g = torch.Generator().manual_seed(400 + seed)
-        W = torch.randn(d, d, generator=g, dtype=torch.float64)
-        W_h = W * (rho / _spectral_radius_np(W))  # non-normal: ‖W^k‖ differs from rho^k
-        x = torch.randn(d, generator=g, dtype=torch.float64)  # constant input term W_x x_t + b
+@exercise_check(forbidden=_NO_AUTOGRAD + _NO_LINALG)
+def check_jordan_gradient_norm(jordan_gradient_norm: Callable) -> str:
+    """``jordan_gradient_norm(lam, c, k)`` -> ``||W^k||_2`` for ``W = [[lam, c], [0, lam]]``, in
+    closed form (no matrix power, norm or SVD routine, no autograd); compared with
+    ``matrix_power`` + ``matrix_norm`` on fresh ``(lam, c, k)``, including ``c < 0`` and ``k = 0``."""
+    g = rng(410)
+    u = torch.rand(8, 3, generator=g, dtype=torch.float64)
+    cases = [(0.5 + 0.45 * float(a), (4 * float(b) - 2) or 0.5, int(3 + 60 * float(n))) for a, b, n in u]
+    cases += [(0.9, -1.5 - float(u[0, 1]), 25), (0.8, 1.0 + float(u[1, 1]), 0), (0.95, 2.0, 1),
+              (1.0 - 1e-5, 0.5 + float(u[2, 1]), 200_000)]
+    for lam, c, k in cases:
+        what = f"jordan_gradient_norm(lam={lam:.4g}, c={c:.4g}, k={k})"
+        got = jordan_gradient_norm(lam, c, k)
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            raise CheckFailed(f"{what}: return one number, got {type(got).__name__}") from None
+        expected = _jordan_norm_reference(lam, c, k)
+        if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-300):
+            continue
+        if math.isclose(got, lam ** k, rel_tol=1e-6):
+            raise CheckFailed(f"{what} = {got:.6g}: that is rho^k, the eigenvalues' rule. W is not normal: "
+                              "work out W^k entry by entry and see what its off-diagonal entry does")
+        if c < 0 and k > 0:
+            raise CheckFailed(f"{what} = {got:.6g} is not ||W^k||_2 (here c < 0): a norm cannot depend "
+                              "on the sign of the off-diagonal entry; where does your formula use it?")
+        raise CheckFailed(f"{what} = {got:.6g} is not ||W^k||_2: derive W^k by induction on k, then the "
+                          "largest singular value of an upper-triangular 2x2 matrix from the eigenvalues "
+                          "of M^T M")
+    return f"||W^k||_2 in closed form on {len(cases)} fresh (lam, c, k), k up to 200,000"
 
-        def run_k(h, k, W_h=W_h, x=x):  # k steps of the recurrence, from h
-            for _ in range(k):
-                h = W_h @ h + x
-            return h
 
-        h0 = torch.zeros(d, dtype=torch.float64)
-        expected = torch.stack([
-            torch.linalg.matrix_norm(
-                torch.autograd.functional.jacobian(functools.partial(run_k, k=k), h0), ord=2)
-            for k in range(num_steps + 1)])  # (num_steps + 1,)
-        got = gradient_norm_through_time(W_h.clone(), num_steps)
-        what = f"gradient norms for d={d}, rho={rho}, num_steps={num_steps}"
-        check_shape(got, (num_steps + 1,), what=what + " (one norm for each k = 0..num_steps)")
-        assert_same(torch.as_tensor(got).double(), expected, what=what + " (vs autograd)",
-                    rtol=1e-6, atol=1e-9)
-    return "matches the autograd Jacobians"
+def _leaky_case(d_h: int, d_in: int, T: int, alpha: float, g: torch.Generator):
+    W_x, W_h, b = _rnn_params(d_in, d_h, g)
+    W_h = W_h * 1.5  # strong recurrence: the states spread over tanh's curved range
+    xs = torch.randn(T, d_in, generator=g, dtype=torch.float64)  # (T, d_in)
+    h0 = torch.randn(d_h, generator=g, dtype=torch.float64) * 0.5  # (d_h,)
+
+    def run(h):  # h_0 -> [h_0, ..., h_T]
+        states = [h]
+        for x_t in xs:
+            states.append((1 - alpha) * states[-1] + alpha * torch.tanh(W_h @ states[-1] + W_x @ x_t + b))
+        return states
+
+    with torch.no_grad():
+        hs = torch.stack(run(h0))  # (T + 1, d_h)
+    expected = torch.autograd.functional.jacobian(lambda h: run(h)[-1], h0)
+    return hs, W_h, expected
 
 
-@exercise_check
-def check_bptt_jacobian(bptt_jacobian: Callable) -> str:
-    """``bptt_jacobian(hs, W_h)`` -> ``∂h_T/∂h_0 = J_T ⋯ J_1`` with ``J_k = diag(1 - h_k²) W_h``
-    for a tanh RNN whose states ``h_0..h_T`` are the rows of ``hs``; compared with autograd."""
-    cases = [(4, 3, 5, 0), (3, 2, 1, 1), (5, 4, 9, 2)]  # (d_h, d_in, T, seed)
-    for d_h, d_in, T, seed in cases:
-        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
-        W_h = W_h * 1.5  # strong recurrence: the states spread over tanh's curved range
-        g = torch.Generator().manual_seed(450 + seed)
-        xs = torch.randn(T, d_in, generator=g, dtype=torch.float64)  # (T, d_in)
-        h0 = torch.randn(d_h, generator=g, dtype=torch.float64) * 0.5  # (d_h,)
-
-        def run(h, xs=xs, W_x=W_x, W_h=W_h, b=b):  # h_0 -> h_T
-            states = [h]
-            for x_t in xs:
-                states.append(torch.tanh(W_h @ states[-1] + W_x @ x_t + b))
-            return states
-
-        with torch.no_grad():
-            hs = torch.stack(run(h0))  # (T + 1, d_h): h_0..h_T
-        expected = torch.autograd.functional.jacobian(lambda h, run=run: run(h)[-1], h0)
-        got = bptt_jacobian(hs.clone(), W_h.clone())
-        what = f"dh_T/dh_0 for d_h={d_h}, T={T}"
+@exercise_check(forbidden=_NO_AUTOGRAD)
+def check_leaky_bptt_jacobian(leaky_bptt_jacobian: Callable) -> str:
+    """``leaky_bptt_jacobian(hs, W_h, alpha)`` -> ``∂h_T/∂h_0`` of the leaky tanh RNN
+    ``h_k = (1 - alpha) h_{k-1} + alpha tanh(W_h h_{k-1} + W_x x_k + b)`` from its states ``hs``
+    ``(T + 1, d_h)``, without autograd; compared with autograd on fresh sequences."""
+    g = rng(450)
+    alphas = [0.1 + 0.8 * float(a) for a in torch.rand(3, generator=g)]
+    cases = [(4, 3, 6, alphas[0]), (3, 2, 1, alphas[1]), (5, 4, 9, alphas[2]), (4, 2, 5, 1.0), (3, 3, 0, 0.5)]
+    for d_h, d_in, T, alpha in cases:
+        hs, W_h, expected = _leaky_case(d_h, d_in, T, alpha, g)
+        what = f"dh_T/dh_0 for d_h={d_h}, T={T}, alpha={alpha:.3g}"
+        got = leaky_bptt_jacobian(hs.clone(), W_h.clone(), alpha)
         check_shape(got, (d_h, d_h), what=what)
-        assert_same(torch.as_tensor(got).double(), expected, what=what + " (vs autograd)")
-    return f"matches autograd on {len(cases)} sequences"
+        got = torch.as_tensor(got).double()
+        if not torch.isfinite(got).all():
+            raise CheckFailed(f"{what}: your matrix has NaN or infinite entries")
+        if T == 0 and not torch.allclose(got, expected):
+            raise CheckFailed(f"{what}: with T = 0 no step was taken (hs holds h_0 only): what is "
+                              "dh_0/dh_0?")
+        assert_same(got, expected, what=what + " (vs autograd; rethink one step's Jacobian: which "
+                    "paths lead from h_(k-1) to h_k, and at which point is tanh's slope taken?)")
+    return f"matches autograd on {len(cases)} fresh sequences, alpha = 1 and T = 0 included"
 
 
-def _bound_reference(hs: torch.Tensor, W_h: torch.Tensor) -> torch.Tensor:
-    """prod_k max_i (1 - h_k,i^2) * sigma_max(W_h) over k = 1..T, from the states h_0..h_T."""
-    sigma = torch.linalg.matrix_norm(W_h, ord=2)
-    slopes = (1 - hs[1:] ** 2).max(dim=-1).values  # (T,): ||diag(1 - h_k^2)||_2
-    return (slopes * sigma).prod()
+def _saturated_case(a: float, k: int, s: float):
+    """(bound, true norm) at the fixed point h* = (0, tanh s) of h <- tanh(W h + x), W = a[[1,1],[-1,-1]]."""
+    W = a * torch.tensor([[1.0, 1.0], [-1.0, -1.0]], dtype=torch.float64)
+    c = math.tanh(s)
+    h_star = torch.tensor([0.0, c], dtype=torch.float64)
+    x = torch.tensor([-a * c, s + a * c], dtype=torch.float64)
+
+    def run(h):
+        for _ in range(k):
+            h = torch.tanh(W @ h + x)
+        return h
+
+    true = float(torch.linalg.matrix_norm(torch.autograd.functional.jacobian(run, h_star), ord=2))
+    bound = float(torch.linalg.matrix_norm(W, ord=2)) ** k  # max slope 1 (unit 1 sits at 0)
+    return bound, true
 
 
-@exercise_check
-def check_bptt_norm_bound(bptt_norm_bound: Callable) -> str:
-    """``bptt_norm_bound(hs, W_h)`` -> the bound ``prod_k ||diag(1 - h_k^2)||_2 * ||W_h||_2`` on
-    ``||dh_T/dh_0||_2`` (eq. ch01-bound, factor by factor); compared with a reference, and the
-    bound must not fall below the true norm from autograd."""
-    cases = [(4, 3, 5, 0, 1.5), (3, 2, 1, 1, 1.0), (5, 4, 9, 2, 2.5), (2, 2, 6, 3, 0.5)]
-    for d_h, d_in, T, seed, gain in cases:  # (d_h, d_in, T, seed, gain of W_h)
-        W_x, W_h, b = _rnn_params(d_in, d_h, seed)
-        W_h = W_h * gain
-        g = torch.Generator().manual_seed(470 + seed)
-        xs = torch.randn(T, d_in, generator=g, dtype=torch.float64)  # (T, d_in)
-        h0 = torch.randn(d_h, generator=g, dtype=torch.float64) * 0.5  # (d_h,)
-
-        def run(h, xs=xs, W_x=W_x, W_h=W_h, b=b):  # h_0 -> [h_0, ..., h_T]
-            states = [h]
-            for x_t in xs:
-                states.append(torch.tanh(W_h @ states[-1] + W_x @ x_t + b))
-            return states
-
-        with torch.no_grad():
-            hs = torch.stack(run(h0))  # (T + 1, d_h)
-        true_norm = torch.linalg.matrix_norm(
-            torch.autograd.functional.jacobian(lambda h, run=run: run(h)[-1], h0), ord=2)
-        expected = _bound_reference(hs, W_h)
-        got = torch.as_tensor(bptt_norm_bound(hs.clone(), W_h.clone())).double()
-        what = f"the bound for d_h={d_h}, T={T}"
-        check_shape(got, (), what=what + " (return one number)")
-        rho = float(np.abs(np.linalg.eigvals(W_h.numpy())).max())
-        with_rho = (1 - hs[1:] ** 2).max(dim=-1).values.prod() * rho ** T
-        if abs(float(got) - float(with_rho)) < 1e-9 * float(with_rho) and \
-                abs(float(with_rho) - float(expected)) > 1e-6 * float(expected):
-            raise CheckFailed(f"{what}: you used the spectral radius rho(W_h); the bound needs the "
-                              "largest singular value ||W_h||_2, since rho is not submultiplicative")
-        if float(got) < float(true_norm) * (1 - 1e-9):
-            raise CheckFailed(f"{what}: {float(got):.6g} is below the true norm "
-                              f"{float(true_norm):.6g} -- not an upper bound")
-        assert_same(got, expected, what=what, rtol=1e-6, atol=1e-12)
-    return f"matches the reference on {len(cases)} sequences and bounds the autograd norm"
+@exercise_check(forbidden=_NO_AUTOGRAD + _NO_LINALG)
+def check_bound_slack(bound_slack: Callable) -> str:
+    """``bound_slack(a, k, s)`` -> the ratio of the step-by-step bound (eq. ch01-bound with each
+    step's largest slope) to the true ``||∂h_k/∂h_0||_2`` at the fixed point ``(0, tanh s)`` of the
+    tanh RNN with ``W_h = a [[1, 1], [-1, -1]]``; derived by hand, compared with autograd on fresh
+    ``(a, k, s)``."""
+    g = rng(470)
+    u = torch.rand(6, 3, generator=g, dtype=torch.float64)
+    cases = [(0.5 + 2.5 * float(p), int(1 + 30 * float(q)), 0.3 + 2.7 * float(r)) for p, q, r in u]
+    cases += [(2.0, 20, 8.0), (1.0 + float(u[0, 0]), 1, 0.5)]
+    for a, k, s in cases:
+        what = f"bound_slack(a={a:.4g}, k={k}, s={s:.4g})"
+        got = bound_slack(a, k, s)
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            raise CheckFailed(f"{what}: return one number, got {type(got).__name__}") from None
+        bound, true = _saturated_case(a, k, s)
+        expected = bound / true
+        if math.isclose(got, expected, rel_tol=1e-6):
+            continue
+        if not math.isfinite(got) or got <= 0:
+            raise CheckFailed(f"{what} = {got!r}: the bound is a product of positive factors and the true "
+                              "norm is positive here; with rho(W_h) = 0 in place of sigma_max, would it still "
+                              "be a bound?")
+        if got < 1:
+            raise CheckFailed(f"{what} = {got:.6g} < 1 would make the bound smaller than the norm it bounds")
+        raise CheckFailed(f"{what} = {got:.6g} is not bound / true norm: rethink the saturated unit's "
+                          "slope (it is small, not zero, when s is small), the rank of one step's Jacobian, "
+                          "and the norm of a rank-one matrix")
+    return f"bound / true norm derived exactly on {len(cases)} fresh (a, k, s)"
 
 
 # --- predictions: a value stub (None) is "not attempted yet" ----------------------------------
@@ -162,14 +189,13 @@ def check_bptt_norm_bound(bptt_norm_bound: Callable) -> str:
 @exercise_check(may_return_none=True)
 def check_orthogonal_rnn_prediction(predicted_norm) -> str:
     """``predicted_norm``: ``||dh_40/dh_0||_2`` of a linear RNN with ``W_h = 0.5 Q``, ``Q`` an 8x8
-    orthogonal matrix. The answer, ``0.5**40``, is checked within 1%, and compared with autograd on a
-    seeded random orthogonal ``Q``."""
+    orthogonal matrix. Checked within 1% against autograd on a seeded random orthogonal ``Q``."""
     value = answer_given(predicted_norm, "predicted_norm", "a number")
     try:
         value = float(value)
     except (TypeError, ValueError):
         raise CheckFailed(f"predicted_norm should be a number, got {predicted_norm!r}") from None
-    Q, _ = torch.linalg.qr(torch.randn(8, 8, generator=torch.Generator().manual_seed(41), dtype=torch.float64))
+    Q, _ = torch.linalg.qr(torch.randn(8, 8, generator=rng(41), dtype=torch.float64))
     W_h = 0.5 * Q
 
     def forty_steps(h):
@@ -182,12 +208,133 @@ def check_orthogonal_rnn_prediction(predicted_norm) -> str:
     if abs(value - true) <= 0.01 * true:
         return f"||W_h^40||_2 = 0.5^40 = {true:.3g}: Q keeps every length, so only the factor 0.5 compounds"
     if abs(value - 0.5) < 1e-3:
-        raise CheckFailed("0.5 is the norm of one step; the Jacobian over 40 steps is W_h^40 (eq. ch01-power)")
+        raise CheckFailed("that is the norm of one step; the Jacobian over 40 steps is a product of 40 "
+                          "of them (eq. ch01-power)")
     if abs(value - true * 8 ** 0.5) <= 0.01 * true * 8 ** 0.5:
-        raise CheckFailed("that is the Frobenius norm of W_h^40; the question asks for the spectral "
+        raise CheckFailed("that is the Frobenius norm; the question asks for the spectral "
                           "norm (largest singular value)")
     if value == 0.0:
-        raise CheckFailed("it does not vanish exactly: W_h^40 = 0.5^40 Q^40 is a nonzero matrix; how "
-                          "large is it?")
-    raise CheckFailed(f"{value:.3g} is not within 1% of the right value. Hint: an orthogonal Q "
-                      "keeps every length, so Q^40 has every singular value equal to 1")
+        raise CheckFailed("it does not vanish exactly: W_h^40 is a nonzero matrix; how large is it?")
+    raise CheckFailed(f"{value:.3g} is not within 1% of the right value. What does an orthogonal "
+                      "matrix do to lengths, and what does that make the singular values of Q^40?")
+
+
+# --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 01) ------
+
+wrong_answer("check_rnn_step", "mistake", "forgets the tanh", """
+def rnn_step(x, h, W_x, W_h, b):
+    return x @ W_x.T + h @ W_h.T + b
+""", call="rnn_step", message=r"vs torch\.nn\.RNN")
+wrong_answer("check_rnn_step", "mistake", "multiplies by W_h instead of its transpose (rows are vectors)", """
+def rnn_step(x, h, W_x, W_h, b):
+    return torch.tanh(x @ W_x.T + h @ W_h + b)
+""", call="rnn_step", message=r"vs torch\.nn\.RNN")
+wrong_answer("check_rnn_step", "edge", "keeps only the first row of the batch (B = 1 thinking)", """
+def rnn_step(x, h, W_x, W_h, b):
+    return torch.tanh(x @ W_x.T + h @ W_h.T + b)[:1]
+""", call="rnn_step", message=r"expected shape")
+
+wrong_answer("check_orthogonal_rnn_prediction", "mistake", "the norm of one step, 0.5", "p = 0.5",
+             call="p", message=r"one step")
+wrong_answer("check_orthogonal_rnn_prediction", "mistake", "the Frobenius norm, 0.5^40 * sqrt(8)",
+             "p = 0.5 ** 40 * 8 ** 0.5", call="p", message=r"Frobenius")
+wrong_answer("check_orthogonal_rnn_prediction", "edge", "exactly 0 (it vanishes)", "p = 0.0",
+             call="p", message=r"does not vanish exactly")
+wrong_answer("check_orthogonal_rnn_prediction", "value", "a word, not a number", "p = 'tiny'",
+             call="p", message=r"should be a number")
+
+wrong_answer("check_jordan_gradient_norm", "mistake", "rho^k: the eigenvalues' rule, wrong for a non-normal W", """
+def jordan_gradient_norm(lam, c, k):
+    return lam ** k
+""", call="jordan_gradient_norm", message=r"eigenvalues' rule")
+wrong_answer("check_jordan_gradient_norm", "mistake", "the largest entry of W^k instead of its spectral norm", """
+def jordan_gradient_norm(lam, c, k):
+    return max(lam ** k, abs(k * c * lam ** (k - 1))) if k else 1.0
+""", call="jordan_gradient_norm", message=r"largest singular value")
+wrong_answer("check_jordan_gradient_norm", "edge", "right for c > 0, but uses c instead of |c|", """
+def jordan_gradient_norm(lam, c, k):
+    a, b = lam ** k, k * c * lam ** (k - 1)
+    return (b + math.sqrt(b * b + 4 * a * a)) / 2
+""", call="jordan_gradient_norm", message=r"sign of the off-diagonal")
+wrong_answer("check_jordan_gradient_norm", "method", "computes W^k and its norm with torch.linalg", """
+from torch.linalg import matrix_power as mp, matrix_norm as mn
+def jordan_gradient_norm(lam, c, k):
+    W = torch.tensor([[lam, c], [0.0, lam]], dtype=torch.float64)
+    return float(mn(mp(W, k), ord=2))
+""", call="jordan_gradient_norm", message=r"matrix_power|matrix_norm")
+
+wrong_answer("check_leaky_bptt_jacobian", "mistake", "the plain tanh RNN's Jacobian: forgets the leak path (1 - alpha) I", """
+def leaky_bptt_jacobian(hs, W_h, alpha):
+    J = torch.eye(W_h.shape[0], dtype=W_h.dtype)
+    for h_prev, h in zip(hs[:-1], hs[1:]):
+        u = (h - (1 - alpha) * h_prev) / alpha
+        J = alpha * torch.diag(1 - u ** 2) @ W_h @ J
+    return J
+""", call="leaky_bptt_jacobian", message=r"which paths")
+wrong_answer("check_leaky_bptt_jacobian", "mistake", "takes tanh's slope at the state h_k, not at tanh's output", """
+def leaky_bptt_jacobian(hs, W_h, alpha):
+    I = torch.eye(W_h.shape[0], dtype=W_h.dtype)
+    J = I
+    for h in hs[1:]:
+        J = ((1 - alpha) * I + alpha * torch.diag(1 - h ** 2) @ W_h) @ J
+    return J
+""", call="leaky_bptt_jacobian", message=r"tanh's slope")
+wrong_answer("check_leaky_bptt_jacobian", "mistake", "multiplies the factors in the wrong order (J_1 ... J_T)", """
+def leaky_bptt_jacobian(hs, W_h, alpha):
+    I = torch.eye(W_h.shape[0], dtype=W_h.dtype)
+    J = I
+    for h_prev, h in zip(hs[:-1], hs[1:]):
+        u = (h - (1 - alpha) * h_prev) / alpha
+        J = J @ ((1 - alpha) * I + alpha * torch.diag(1 - u ** 2) @ W_h)
+    return J
+""", call="leaky_bptt_jacobian", message=r"vs autograd")
+wrong_answer("check_leaky_bptt_jacobian", "edge", "T = 0: returns a zero matrix when no step was taken", """
+def leaky_bptt_jacobian(hs, W_h, alpha):
+    I = torch.eye(W_h.shape[0], dtype=W_h.dtype)
+    J = I if len(hs) > 1 else torch.zeros_like(I)
+    for h_prev, h in zip(hs[:-1], hs[1:]):
+        u = (h - (1 - alpha) * h_prev) / alpha
+        J = ((1 - alpha) * I + alpha * torch.diag(1 - u ** 2) @ W_h) @ J
+    return J
+""", call="leaky_bptt_jacobian", message=r"T = 0")
+wrong_answer("check_leaky_bptt_jacobian", "method", "rebuilds a differentiable function and asks autograd", """
+from torch.autograd.functional import jacobian as jac
+def leaky_bptt_jacobian(hs, W_h, alpha):
+    # the states as a function of h_0 cannot be rebuilt without the inputs; autograd on the
+    # linearised steps is still autograd
+    I = torch.eye(W_h.shape[0], dtype=W_h.dtype)
+    def steps(h0):
+        h = h0
+        for h_prev, h_k in zip(hs[:-1], hs[1:]):
+            u = (h_k - (1 - alpha) * h_prev) / alpha
+            h = ((1 - alpha) * I + alpha * torch.diag(1 - u ** 2) @ W_h) @ h
+        return h
+    return jac(steps, hs[0])
+""", call="leaky_bptt_jacobian", message=r"jacobian")
+
+wrong_answer("check_bound_slack", "mistake", "treats the saturated unit's slope as exactly 0: 2^k / sqrt(2)", """
+def bound_slack(a, k, s):
+    return 2 ** k / math.sqrt(2)
+""", call="bound_slack", message=r"slope")
+wrong_answer("check_bound_slack", "mistake", "uses the spectral radius (0) in the bound", """
+def bound_slack(a, k, s):
+    return 0.0
+""", call="bound_slack", message=r"rho")
+wrong_answer("check_bound_slack", "edge", "off by one step: (1 - eps)^k in place of (1 - eps)^(k-1)", """
+def bound_slack(a, k, s):
+    eps = 1 - math.tanh(s) ** 2
+    return 2 ** k / ((1 - eps) ** k * math.sqrt(2) * math.sqrt(1 + eps ** 2))
+""", call="bound_slack", message=r"rank-one")
+wrong_answer("check_bound_slack", "method", "measures both norms with autograd and torch.linalg", """
+from torch.autograd.functional import jacobian
+def bound_slack(a, k, s):
+    W = a * torch.tensor([[1.0, 1.0], [-1.0, -1.0]], dtype=torch.float64)
+    c = math.tanh(s)
+    x = torch.tensor([-a * c, s + a * c], dtype=torch.float64)
+    def run(h):
+        for _ in range(k):
+            h = torch.tanh(W @ h + x)
+        return h
+    J = jacobian(run, torch.tensor([0.0, c], dtype=torch.float64))
+    return float(torch.linalg.matrix_norm(W, ord=2)) ** k / float(torch.linalg.matrix_norm(J, ord=2))
+""", call="bound_slack", message=r"jacobian|matrix_norm")

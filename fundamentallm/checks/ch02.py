@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
 from .wrong import wrong_answer
 
 
 @exercise_check(forbidden=("torch.softmax",))
 def check_softmax_rows(softmax_rows: Callable) -> str:
     """``softmax_rows(x)``: softmax over the last dimension, stable for large scores."""
-    g = torch.Generator().manual_seed(500)
+    g = rng(500)
+    large = torch.randn(2, 4, generator=g) * 3
+    large[0] += 1000.0  # one row near +1000, one near -1000: no single shift serves both
+    large[1] -= 1000.0
+    masked = torch.randn(2, 5, generator=g)
+    masked[masked < -0.3] = float("-inf")
+    masked[:, 2] = torch.randn(2, generator=g)  # every row keeps at least one finite score
     cases = {
         "a (3, 4) matrix": torch.randn(3, 4, generator=g),
         "a 1-D vector": torch.randn(5, generator=g),
         "a (2, 3, 5) batch": torch.randn(2, 3, 5, generator=g, dtype=torch.float64),
-        "large scores (~1000; exp overflows unless you subtract the row max)":
-            torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -1000.0, -999.0]]),
-        "rows holding -inf (masked keys)":
-            torch.tensor([[0.5, float("-inf"), 1.5], [float("-inf"), 2.0, float("-inf")]]),
+        "large scores (rows near +1000 and near -1000)": large,
+        "rows holding -inf (masked keys)": masked,
     }
     for name, x in cases.items():
         x_in = x.clone()
@@ -29,14 +34,14 @@ def check_softmax_rows(softmax_rows: Callable) -> str:
         if not torch.equal(x_in, x):
             raise CheckFailed(f"for {name}: you modified the input in place; return a new tensor")
         if got is not None and torch.isnan(torch.as_tensor(got)).any():
-            raise CheckFailed(f"for {name}: the result contains NaN -- subtract each row's max "
-                              f"before exp to keep exp from overflowing")
+            raise CheckFailed(f"for {name}: the result contains NaN: which exps overflow to inf, or "
+                              f"underflow so that a whole row sums to 0? Which shift, for each row, prevents both?")
         assert_same(got, torch.softmax(x, dim=-1), what=f"softmax of {name}")
     return f"matches torch.softmax on {len(cases)} inputs, including large scores"
 
 
 def _qkv(shape_q: tuple, shape_k: tuple, d_v: int, seed: int):
-    g = torch.Generator().manual_seed(seed)
+    g = rng(seed)
     q = torch.randn(*shape_q, generator=g, dtype=torch.float64)
     k = torch.randn(*shape_k, generator=g, dtype=torch.float64)
     v = torch.randn(*shape_k[:-1], d_v, generator=g, dtype=torch.float64)
@@ -46,7 +51,8 @@ def _qkv(shape_q: tuple, shape_k: tuple, d_v: int, seed: int):
 @exercise_check(forbidden=("fundamentallm.attention.causal_mask",))
 def check_make_causal_mask(make_causal_mask: Callable) -> str:
     """``make_causal_mask(T)`` -> boolean (T, T), True where key j <= query i."""
-    for T in (1, 2, 5, 9):
+    sizes = [1, 2] + [int(t) for t in torch.randint(3, 40, (3,), generator=rng(60))]
+    for T in sizes:
         got = make_causal_mask(T)
         check_shape(got, (T, T), what=f"mask for T={T}")
         got = torch.as_tensor(got)
@@ -56,7 +62,7 @@ def check_make_causal_mask(make_causal_mask: Callable) -> str:
         expected = torch.tensor([[j <= i for j in range(T)] for i in range(T)])
         assert_same(got, expected, what=f"mask for T={T} (row = query, column = key; "
                                         f"True on and below the diagonal)")
-    return "lower-triangular boolean masks for T = 1, 2, 5, 9"
+    return f"lower-triangular boolean masks for T = {', '.join(map(str, sizes))}"
 
 
 def _reference_attention(q, k, v, mask=None):
@@ -67,7 +73,9 @@ def _reference_attention(q, k, v, mask=None):
     return w @ v, w
 
 
-@exercise_check(forbidden=("fundamentallm.attention.scaled_dot_product_attention",))
+@exercise_check(forbidden=("fundamentallm.attention.scaled_dot_product_attention",
+                           "torch.nn.functional.scaled_dot_product_attention",
+                           "torch.nn.functional.multi_head_attention_forward"))
 def check_attention(attention: Callable) -> str:
     """``attention(q, k, v, mask=None)`` -> ``(output, weights)``. A boolean mask keeps True keys,
     a float mask is added to the scores; a query with every key masked gets zeros, not NaN."""
@@ -80,7 +88,7 @@ def check_attention(attention: Callable) -> str:
     additive = torch.zeros(6, 6, dtype=torch.float64).masked_fill(~causal, float("-inf"))
     cases.append(("a float (additive, 0/-inf) causal mask (B=2, T=6)", q, k, v, additive))
     q, k, v = _qkv((2, 3, 4, 8), (2, 3, 5, 8), 6, 702)
-    g = torch.Generator().manual_seed(703)
+    g = rng(703)
     m = torch.rand(2, 1, 4, 5, generator=g) > 0.5
     m[..., 0] = True  # every query keeps at least one key
     cases.append(("a random boolean mask with T_q=4 != T_k=5", q, k, v, m))
@@ -112,25 +120,34 @@ def check_attention(attention: Callable) -> str:
 def check_score_scale(score_scale: Callable) -> str:
     """``score_scale(d_k, sigma_q, sigma_k)`` -> the factor that gives ``q·k`` unit variance when
     ``q`` and ``k`` have independent zero-mean entries of standard deviations ``sigma_q`` and
-    ``sigma_k``; checked against the formula and against a measurement on 20,000 samples."""
-    cases = [(64, 1.0, 1.0), (16, 2.0, 1.5), (1, 3.0, 1.0), (256, 0.1, 0.2), (8, 1.0, 4.0)]
-    for seed, (d_k, sigma_q, sigma_k) in enumerate(cases):
+    ``sigma_k``; derived exactly (a sampled estimate is off by its noise), and measured on 20,000
+    samples."""
+    g = rng(220)
+    u = torch.rand(5, 3, generator=g, dtype=torch.float64)
+    cases = [(int(2 ** (8 * float(a))), 0.1 + 3.9 * float(b), 0.1 + 3.9 * float(c)) for a, b, c in u]
+    cases += [(64, 1.0, 1.0), (1, 2.0, 2.0)]
+    for d_k, sigma_q, sigma_k in cases:
         got = score_scale(d_k, sigma_q, sigma_k)
         got = float(got.item() if isinstance(got, torch.Tensor) else got)
         expected = 1.0 / (sigma_q * sigma_k * d_k ** 0.5)
-        what = f"score_scale(d_k={d_k}, sigma_q={sigma_q}, sigma_k={sigma_k})"
+        what = f"score_scale(d_k={d_k}, sigma_q={sigma_q:.4g}, sigma_k={sigma_k:.4g})"
+        if not math.isfinite(got) or got <= 0:
+            raise CheckFailed(f"{what} = {got!r}: a scale factor is a positive finite number")
         if abs(got - 1.0 / d_k ** 0.5) < 1e-9 * expected and abs(sigma_q * sigma_k - 1) > 1e-9:
-            raise CheckFailed(f"{what}: 1/sqrt(d_k) assumes unit-variance entries; "
-                              "Var(q·k) = d_k·sigma_q²·sigma_k² here")
-        g = torch.Generator().manual_seed(220 + seed)
+            raise CheckFailed(f"{what}: 1/sqrt(d_k) assumes unit-variance entries; what is the variance "
+                              "of one product q_i k_i when the entries have these standard deviations?")
         q = torch.randn(20000, d_k, generator=g, dtype=torch.float64) * sigma_q
         k = torch.randn(20000, d_k, generator=g, dtype=torch.float64) * sigma_k
         measured = ((q * k).sum(-1) * got).var().item()
         if not 0.9 < measured < 1.1:
             raise CheckFailed(f"{what} = {got:.6g}: the scaled scores have variance {measured:.3f} "
-                              "on 20,000 samples, not 1")
-        assert_same(torch.tensor(got), torch.tensor(expected), what=what, rtol=1e-6, atol=0.0)
-    return f"unit-variance scores on {len(cases)} settings"
+                              "on 20,000 samples, not 1: variances add over the d_k terms, and a factor "
+                              "multiplies a variance by its square")
+        if not abs(got - expected) <= 1e-6 * expected:
+            raise CheckFailed(f"{what} = {got:.6g} gives variance {measured:.3f}, close to 1 but not exactly "
+                              "the derived factor: an estimate from samples carries their noise; derive "
+                              "Var(q·k) exactly instead")
+    return f"unit-variance scores on {len(cases)} fresh settings"
 
 
 @exercise_check
@@ -138,7 +155,7 @@ def check_prefix_lm_mask(prefix_lm_mask: Callable) -> str:
     """``prefix_lm_mask(T, prefix_len)``: the boolean ``(T, T)`` mask of a prefix language model,
     ``True`` where query ``i`` may read key ``j``: every key of the prefix (``j < prefix_len``),
     and causally after it (``j <= i``)."""
-    g = torch.Generator().manual_seed(20)
+    g = rng(20)
     cases = [(5, 0), (5, 5), (6, 2), (1, 1)] + [
         (int(T), int(torch.randint(1, int(T), (1,), generator=g)))
         for T in torch.randint(3, 12, (3,), generator=g)]
@@ -162,10 +179,11 @@ def check_prefix_lm_mask(prefix_lm_mask: Callable) -> str:
     return f"{len(cases)} masks, from fully causal (prefix 0) to fully bidirectional (prefix T)"
 
 
-@exercise_check(may_return_none=True)
+@exercise_check(may_return_none=True, self_check=True)
 def check_permutation_prediction(permutation_prediction) -> str:
     """``permutation_prediction``: what happens to the output of unmasked attention when the rows of
-    K and V are permuted together, and when the rows of Q are permuted."""
+    K and V are permuted together, and when the rows of Q are permuted. A self-check (3 choices
+    each): its message explains the answer."""
     from .predict import choice_answers
 
     options = ("unchanged", "permuted", "changed")
@@ -198,3 +216,112 @@ from torch.nn.functional import softmax as my_normaliser
 def softmax_rows(x):
     return my_normaliser(x, dim=-1)
 """, call="softmax_rows", message=r"softmax")
+wrong_answer("check_softmax_rows", "edge", "subtracts the global max, not each row's (fails when rows differ by ~2000)", """
+def softmax_rows(x):
+    e = torch.exp(x - x.max())
+    return e / e.sum(-1, keepdim=True)
+""", call="softmax_rows", message=r"NaN")
+wrong_answer("check_softmax_rows", "edge", "works in place on its input", """
+def softmax_rows(x):
+    x -= x.amax(-1, keepdim=True)
+    return x.exp() / x.exp().sum(-1, keepdim=True)
+""", call="softmax_rows", message=r"in place|modif")
+
+wrong_answer("check_make_causal_mask", "mistake", "upper triangle: each query sees the future", """
+def make_causal_mask(T):
+    return torch.ones(T, T, dtype=torch.bool).triu()
+""", call="make_causal_mask", message=r"differ")
+wrong_answer("check_make_causal_mask", "edge", "strictly below the diagonal: a token cannot see itself", """
+def make_causal_mask(T):
+    return torch.ones(T, T, dtype=torch.bool).tril(-1)
+""", call="make_causal_mask", message=r"differ")
+wrong_answer("check_make_causal_mask", "value", "a float mask of 0/1, not a boolean one", """
+def make_causal_mask(T):
+    return torch.ones(T, T).tril()
+""", call="make_causal_mask", message=r"torch\.bool")
+wrong_answer("check_make_causal_mask", "method", "the package's causal_mask under another name", """
+from fundamentallm.attention import causal_mask as lower_triangle
+def make_causal_mask(T):
+    return lower_triangle(T)
+""", call="make_causal_mask", message=r"causal_mask")
+
+_ATTENTION = """
+def attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    dead = torch.isneginf(scores.amax(-1, keepdim=True))
+    w = torch.softmax(scores.masked_fill(dead, 0.0), -1).masked_fill(dead, 0.0)
+    return w @ v, w
+"""
+wrong_answer("check_attention", "mistake", "ignores the mask", _ATTENTION + """
+def ignores_mask(q, k, v, mask=None):
+    return attention(q, k, v)
+""", call="ignores_mask", message=r"differ")
+wrong_answer("check_attention", "mistake", "treats a float (additive) mask as a boolean one", _ATTENTION + """
+def float_as_bool(q, k, v, mask=None):
+    return attention(q, k, v, None if mask is None else mask.bool())
+""", call="float_as_bool", message=r"differ")
+wrong_answer("check_attention", "edge", "a fully masked query gets NaN (softmax of a row of -inf)", """
+def attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    w = torch.softmax(scores, -1)
+    return w @ v, w
+""", call="attention", message=r"all-zero weights")
+wrong_answer("check_attention", "value", "returns the output only, not the pair (output, weights)", _ATTENTION + """
+def output_only(q, k, v, mask=None):
+    return attention(q, k, v, mask)[0]
+""", call="output_only", message=r"pair")
+wrong_answer("check_attention", "method", "wraps the package's attention", """
+from fundamentallm.attention import scaled_dot_product_attention as sdpa
+def attention(q, k, v, mask=None):
+    if mask is not None and mask.dtype != torch.bool:
+        mask = ~torch.isneginf(mask)
+    return sdpa(q, k, v, mask=mask, return_weights=True)
+""", call="attention", message=r"scaled_dot_product_attention")
+
+wrong_answer("check_score_scale", "mistake", "1/sqrt(d_k) whatever the variances", """
+def score_scale(d_k, sigma_q, sigma_k):
+    return 1 / math.sqrt(d_k)
+""", call="score_scale", message=r"unit-variance")
+wrong_answer("check_score_scale", "mistake", "divides by the variance, not the standard deviation", """
+def score_scale(d_k, sigma_q, sigma_k):
+    return 1 / (sigma_q ** 2 * sigma_k ** 2 * math.sqrt(d_k))
+""", call="score_scale", message=r"square")
+wrong_answer("check_score_scale", "edge", "1/d_k: right for d_k = 1 only", """
+def score_scale(d_k, sigma_q, sigma_k):
+    return 1 / (sigma_q * sigma_k * d_k)
+""", call="score_scale", message=r"variance")
+wrong_answer("check_score_scale", "method", "estimates the variance from samples instead of deriving it", """
+def score_scale(d_k, sigma_q, sigma_k):
+    q = torch.randn(4000, d_k, dtype=torch.float64) * sigma_q
+    k = torch.randn(4000, d_k, dtype=torch.float64) * sigma_k
+    return 1 / (q * k).sum(-1).std().item()
+""", call="score_scale", message=r"estimate")
+
+_PREFIX = """
+def prefix_lm_mask(T, p):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return (j <= i) | (j < p)
+"""
+wrong_answer("check_prefix_lm_mask", "mistake", "the plain causal mask: the prefix is not bidirectional", """
+def prefix_lm_mask(T, p):
+    return torch.ones(T, T, dtype=torch.bool).tril()
+""", call="prefix_lm_mask", message=r"whole prefix")
+wrong_answer("check_prefix_lm_mask", "edge", "off by one: the prefix taken one token longer", _PREFIX + """
+def off_by_one(T, p):
+    return prefix_lm_mask(T, min(p + 1, T))
+""", call="off_by_one", message=r"a key after the prefix")
+wrong_answer("check_prefix_lm_mask", "value", "returns an int mask", _PREFIX + """
+def as_int(T, p):
+    return prefix_lm_mask(T, p).int()
+""", call="as_int", message=r"torch\.bool")
+
+wrong_answer("check_permutation_prediction", "mistake", "thinks keys and values permute the output",
+             'p = {"keys_and_values": "permuted", "queries": "permuted"}', call="p", message=r"terms of that sum")
+wrong_answer("check_permutation_prediction", "mistake", "thinks permuting queries leaves the output unchanged",
+             'p = {"keys_and_values": "unchanged", "queries": "unchanged"}', call="p", message=r"moves its output row")
+wrong_answer("check_permutation_prediction", "value", "an answer outside the three choices",
+             'p = {"keys_and_values": "same", "queries": "permuted"}', call="p", message=r"choose one of")

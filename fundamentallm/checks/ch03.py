@@ -6,12 +6,8 @@ from typing import Callable
 
 import torch
 
-from .core import CheckFailed, _as_tensor, assert_same, check_shape, exercise_check
-
-
-def _ref_split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    B, T, C = x.shape
-    return x.reshape(B, T, num_heads, C // num_heads).permute(0, 2, 1, 3)  # (B, H, T, D)
+from .core import CheckFailed, _as_tensor, assert_same, check_shape, exercise_check, rng
+from .wrong import wrong_answer
 
 
 @exercise_check
@@ -19,7 +15,7 @@ def check_split_heads(split_heads: Callable) -> str:
     """``split_heads(x, num_heads)``: ``(B, T, C)`` -> ``(B, H, T, D)`` with ``D = C // H``; head
     ``h`` holds channels ``h·D .. (h+1)·D - 1``; ``ValueError`` when ``num_heads`` does not
     divide ``C``."""
-    g = torch.Generator().manual_seed(3)
+    g = rng(3)
     cases = [(2, 5, 8, 2), (1, 3, 12, 3), (3, 1, 6, 1), (2, 4, 16, 16), (2, 6, 12, 4)]
     for B, T, C, H in cases:
         x = torch.randn(B, T, C, generator=g)
@@ -47,71 +43,105 @@ def check_split_heads(split_heads: Callable) -> str:
     return f"{len(cases)} shapes and the num_heads validation"
 
 
-@exercise_check(forbidden=("torch.special.entr",))
-def check_attention_entropy(attention_entropy: Callable) -> str:
-    """``attention_entropy(weights)``: ``(..., T_q, T_k)`` rows of probabilities -> ``(..., T_q)``
-    entropies in nats, with ``0·log 0 = 0``."""
-    g = torch.Generator().manual_seed(5)
-    uniform = torch.full((3, 4), 0.25)
-    one_hot = torch.eye(5)
-    causal = torch.softmax(torch.randn(6, 6, generator=g).masked_fill(
-        ~torch.ones(6, 6, dtype=torch.bool).tril(), float("-inf")), dim=-1)
-    batched = torch.softmax(torch.randn(2, 3, 4, 7, generator=g), dim=-1)
-    cases = {"uniform rows over 4 keys": uniform, "one-hot rows": one_hot,
-             "causal weights (with exact zeros)": causal, "(B, H, T, T) weights": batched}
-    for name, w in cases.items():
-        out = attention_entropy(w.clone())
-        what = f"attention_entropy on {name}"
-        check_shape(out, w.shape[:-1], what=what)
-        if torch.isnan(_as_tensor(out)).any():
-            raise CheckFailed(f"{what}: got NaN -- 0·log(0) must count as 0 (log(0) is -inf and "
-                              f"0·(-inf) is NaN); skip or mask the zero weights")
-        assert_same(out, torch.special.entr(w).sum(-1), what=f"{what} (entropy in nats: "
-                    f"-sum p·ln p; uniform over n keys gives ln n)")
-    return "uniform, one-hot, causal (zeros) and batched weights"
+def _random_scores(shape: tuple, scale: float, g: torch.Generator) -> torch.Tensor:
+    """Scores with about a third of the keys masked (-inf); every row keeps at least one key."""
+    s = torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+    masked = torch.rand(*shape, generator=g) < 0.35
+    keep = torch.randint(0, shape[-1], shape[:-1], generator=g)
+    masked.scatter_(-1, keep[..., None], False)
+    return s.masked_fill(masked, float("-inf"))
 
 
-def _ref_mha(x, w_q, w_k, w_v, w_o, num_heads, causal):
+@exercise_check(forbidden=("torch.special.entr", "torch.softmax", "torch.log_softmax", "torch.distributions"))
+def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
+    """``entropy_from_scores(scores)``: ``(..., T_q, T_k)`` attention scores, ``-inf`` where a key is
+    masked -> ``(..., T_q)`` entropies in nats of ``softmax(scores)``, without a softmax or entropy
+    routine; compared with ``entr(softmax(scores)).sum(-1)`` on fresh scores, masked and large ones
+    included."""
+    g = rng(5)
+    cases = {
+        "unmasked scores (T_q=3, T_k=4)": torch.randn(3, 4, generator=g, dtype=torch.float64),
+        "masked scores (some -inf)": _random_scores((5, 6), 1.0, g),
+        "large masked scores (x 60)": _random_scores((4, 7), 60.0, g),
+        "a (B, H, T, T) causal batch": torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64).masked_fill(
+            ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")),
+        "rows with one visible key": _random_scores((3, 5), 1.0, g).masked_fill(
+            torch.arange(5) > 0, float("-inf")),
+    }
+    for name, s in cases.items():
+        out = entropy_from_scores(s.clone())
+        what = f"entropy_from_scores on {name}"
+        check_shape(out, s.shape[:-1], what=what)
+        out = _as_tensor(out).double()
+        if torch.isnan(out).any():
+            raise CheckFailed(f"{what}: got NaN. A masked key has weight 0 and score -inf: which of your "
+                              "products becomes 0·(-inf) or 0·log 0, and what should that term contribute?")
+        expected = torch.special.entr(torch.softmax(s, dim=-1)).sum(-1)
+        assert_same(out, expected, what=f"{what} (entropy in nats, of each row of softmax(scores))",
+                    rtol=1e-6, atol=1e-9)
+    return f"{len(cases)} fresh sets of scores, masked and large ones included"
+
+
+def _ref_cross(x, memory, w_q, w_k, w_v, w_o, num_heads, memory_mask):
     C = x.shape[-1]
-    ref = torch.nn.MultiheadAttention(C, num_heads, bias=False, batch_first=True)
+    ref = torch.nn.MultiheadAttention(C, num_heads, bias=False, batch_first=True).to(x.dtype)
     with torch.no_grad():
         ref.in_proj_weight.copy_(torch.cat([w_q, w_k, w_v]))
         ref.out_proj.weight.copy_(w_o)
-    T = x.shape[1]
-    # nn.MultiheadAttention's boolean mask is True where attention is NOT allowed.
-    blocked = ~torch.ones(T, T, dtype=torch.bool).tril() if causal else None
-    with torch.no_grad():
-        return ref(x, x, x, attn_mask=blocked, need_weights=False)[0]
+        # nn.MultiheadAttention's key_padding_mask is True where a key must NOT be read.
+        pad = None if memory_mask is None else ~memory_mask
+        return ref(x, memory, memory, key_padding_mask=pad, need_weights=False)[0]
 
 
-@exercise_check(forbidden=("fundamentallm.attention.MultiHeadAttention.forward",))
-def check_multi_head_attention(multi_head_attention: Callable) -> str:
-    """``multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, causal=False)`` with ``(C, C)``
-    weights in ``nn.Linear`` layout (``q = x @ w_q.T``), compared with ``nn.MultiheadAttention``."""
-    g = torch.Generator().manual_seed(6)
-    cases = [(2, 5, 8, 2, False), (2, 5, 8, 2, True), (1, 4, 12, 3, True), (2, 3, 6, 1, False),
-             (1, 6, 8, 4, True)]
-    for B, T, C, H, causal in cases:
-        x = torch.randn(B, T, C, generator=g)
-        w_q, w_k, w_v, w_o = (torch.randn(C, C, generator=g) / C ** 0.5 for _ in range(4))
-        out = multi_head_attention(x, w_q, w_k, w_v, w_o, H, causal=causal)
-        what = f"multi_head_attention(x {(B, T, C)}, num_heads={H}, causal={causal})"
-        check_shape(out, (B, T, C), what=what)
-        assert_same(out, _ref_mha(x, w_q, w_k, w_v, w_o, H, causal), what=what, atol=1e-5, rtol=1e-4)
-    return f"{len(cases)} cases equal to nn.MultiheadAttention"
+@exercise_check(forbidden=("torch.nn.functional.multi_head_attention_forward", "torch.nn.MultiheadAttention.forward",
+                           "torch.nn.functional.scaled_dot_product_attention",
+                           "fundamentallm.attention.scaled_dot_product_attention",
+                           "fundamentallm.attention.MultiHeadAttention.forward"))
+def check_cross_attention(multi_head_cross_attention: Callable) -> str:
+    """``multi_head_cross_attention(x, memory, w_q, w_k, w_v, w_o, num_heads, memory_mask=None)``:
+    queries from ``x`` ``(B, T_q, C)``, keys and values from ``memory`` ``(B, T_k, C)``, ``(C, C)``
+    weights in ``nn.Linear`` layout, ``memory_mask`` ``(B, T_k)`` boolean (``True`` = a real source
+    token); compared with ``nn.MultiheadAttention(x, memory, memory, key_padding_mask=~memory_mask)``
+    on fresh inputs."""
+    g = rng(6)
+    cases = [(2, 3, 5, 8, 2, False), (2, 4, 6, 8, 2, True), (1, 5, 3, 12, 3, True), (2, 2, 7, 6, 1, False),
+             (3, 6, 4, 8, 4, True)]  # (B, T_q, T_k, C, H, padded)
+    for B, T_q, T_k, C, H, padded in cases:
+        x = torch.randn(B, T_q, C, generator=g, dtype=torch.float64)
+        memory = torch.randn(B, T_k, C, generator=g, dtype=torch.float64)
+        w_q, w_k, w_v, w_o = (torch.randn(C, C, generator=g, dtype=torch.float64) / C ** 0.5 for _ in range(4))
+        mask = None
+        if padded:  # right padding of a different length per sequence; each keeps >= 1 token
+            lengths = torch.randint(1, T_k + 1, (B,), generator=g)
+            lengths[0] = max(1, T_k - 2)
+            mask = torch.arange(T_k)[None, :] < lengths[:, None]  # (B, T_k)
+        args = (x.clone(), memory.clone(), w_q.clone(), w_k.clone(), w_v.clone(), w_o.clone(), H)
+        out = multi_head_cross_attention(*args) if mask is None else \
+            multi_head_cross_attention(*args, memory_mask=mask.clone())
+        what = (f"multi_head_cross_attention(x {(B, T_q, C)}, memory {(B, T_k, C)}, num_heads={H}"
+                + (", padded memory)" if padded else ")"))
+        check_shape(out, (B, T_q, C), what=what + " (one output row per query)")
+        out = _as_tensor(out).double()
+        if torch.isnan(out).any():
+            raise CheckFailed(f"{what}: NaN in the output: does some query see no key at all? Which "
+                              "value of memory_mask marks a real token?")
+        assert_same(out, _ref_cross(x, memory, w_q, w_k, w_v, w_o, H, mask),
+                    what=what + " (vs nn.MultiheadAttention)", atol=1e-10, rtol=1e-8)
+    return f"{len(cases)} fresh cases equal to nn.MultiheadAttention, T_q != T_k and padded memories included"
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.nn.functional.scaled_dot_product_attention",
+                           "fundamentallm.attention.scaled_dot_product_attention"))
 def check_grouped_query_attention(grouped_query_attention: Callable) -> str:
     """``grouped_query_attention(q, k, v, causal=False)``: ``q`` ``(B, H, T, D)``, ``k`` and ``v``
     ``(B, G, T, D)`` with ``G`` dividing ``H``; query head ``h`` reads key/value head
     ``h // (H // G)``. Compared with ``F.scaled_dot_product_attention(..., enable_gqa=True)``."""
     import torch.nn.functional as F
 
-    cases = [(2, 4, 2, 5, 3, False, 0), (1, 6, 3, 7, 4, True, 1), (2, 4, 1, 4, 8, True, 2),
-             (1, 3, 3, 6, 2, False, 3)]  # (B, H, G, T, D, causal, seed)
-    for B, H, G, T, D, causal, seed in cases:
-        g = torch.Generator().manual_seed(330 + seed)
+    cases = [(2, 4, 2, 5, 3, False), (1, 6, 3, 7, 4, True), (2, 4, 1, 4, 8, True),
+             (1, 3, 3, 6, 2, False), (1, 8, 2, 5, 4, True)]  # (B, H, G, T, D, causal)
+    g = rng(330)
+    for B, H, G, T, D, causal in cases:
         q = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
         k = torch.randn(B, G, T, D, generator=g, dtype=torch.float64)
         v = torch.randn(B, G, T, D, generator=g, dtype=torch.float64)
@@ -123,32 +153,168 @@ def check_grouped_query_attention(grouped_query_attention: Callable) -> str:
             cycled = F.scaled_dot_product_attention(q, k.repeat(1, H // G, 1, 1),
                                                     v.repeat(1, H // G, 1, 1), is_causal=causal)
             if torch.allclose(_as_tensor(got).double(), cycled):
-                raise CheckFailed(f"{what}: query head h read key/value head h % G; consecutive "
-                                  "query heads share a group: h // (H // G) (repeat_interleave)")
+                raise CheckFailed(f"{what}: your query heads read the key/value heads in a cycle (0, 1, 0, "
+                                  "1, ...); which group does query head h belong to if consecutive heads share one?")
         assert_same(_as_tensor(got).double(), expected, what=what + " (vs F.scaled_dot_product_attention)")
-    return f"matches F.scaled_dot_product_attention(enable_gqa=True) on {len(cases)} cases"
+    return f"matches F.scaled_dot_product_attention(enable_gqa=True) on {len(cases)} fresh cases"
 
 
 @exercise_check(may_return_none=True)
-def check_buggy_split_prediction(head1_tokens) -> str:
-    """``head1_tokens``: the sorted token positions whose numbers land in head 1 when ``x`` of shape
-    ``(1, 6, 8)`` is split into 2 heads with ``x.view(1, 2, 6, 4)`` (no transpose)."""
+def check_buggy_split_prediction(head1_rows) -> str:
+    """``head1_rows``: for each of the 6 rows ("positions") of head 1 of ``x.view(1, 2, 6, 4)``
+    (``x`` of shape ``(1, 6, 8)``, no transpose), the token position its 4 numbers come from. 6^6
+    possible answers; the message names the mechanism, not the answer."""
     from .predict import answer_given
 
-    answer = answer_given(head1_tokens, "head1_tokens", "a sorted list of token positions")
+    answer = answer_given(head1_rows, "head1_rows", "a list of 6 token positions, one per row of head 1")
     try:
         if not isinstance(answer, (list, tuple)):
             raise TypeError
-        answer = sorted(int(t) for t in answer)
+        answer = [int(t) for t in answer]
     except (TypeError, ValueError):
-        raise CheckFailed(f"head1_tokens should be a list of integers, got {head1_tokens!r}") from None
+        raise CheckFailed(f"head1_rows should be a list of integers, got {head1_rows!r}") from None
+    if len(answer) != 6:
+        raise CheckFailed(f"head1_rows has {len(answer)} entries: head 1 has 6 rows (T = 6); give the token "
+                          "position of each row, in order")
     x = torch.arange(6)[None, :, None].expand(1, 6, 8).contiguous()  # each entry holds its token position
-    expected = sorted(set(x.view(1, 2, 6, 4)[0, 1].flatten().tolist()))
+    expected = x.view(1, 2, 6, 4)[0, 1, :, 0].tolist()
     if answer == expected:
-        return ("view reads memory in order: head 1 gets the last 24 numbers, whole tokens 3-5, "
-                "not channels 4-7 of every token")
+        return ("view reads memory in order: each row of head 1 is half a token, from the second half "
+                "of the sequence, not channels 4-7 of every token")
     if answer == list(range(6)):
-        raise CheckFailed("every token would reach head 1 with the transpose (the correct split); "
-                          "view alone fills head 1 with the last 24 numbers in memory order")
-    raise CheckFailed(f"{answer} is not right: x is stored token after token, 8 numbers each; "
-                      "view(1, 2, 6, 4) gives head 0 the first 24 numbers and head 1 the next 24")
+        raise CheckFailed("that is the correct split, with the transpose. Without it, view just cuts the "
+                          "48 numbers, stored token after token, into consecutive pieces: which pieces "
+                          "make up head 1?")
+    raise CheckFailed(f"{answer} is not right: x is stored token after token, 8 numbers each; view(1, 2, 6, 4) "
+                      "cuts that memory, in order, into 2 heads of 6 rows of 4 numbers")
+
+
+# --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 03) ------
+
+wrong_answer("check_split_heads", "mistake", "reshapes to (B, H, T, D) without the transpose", """
+def split_heads(x, num_heads):
+    B, T, C = x.shape
+    if C % num_heads:
+        raise ValueError(f"num_heads={num_heads} must divide C={C}")
+    return x.reshape(B, num_heads, T, C // num_heads)
+""", call="split_heads", message=r"transpose")
+wrong_answer("check_split_heads", "edge", "no ValueError when num_heads does not divide C", """
+def split_heads(x, num_heads):
+    B, T, C = x.shape
+    return x[..., : C // num_heads * num_heads].reshape(B, T, num_heads, -1).transpose(1, 2)
+""", call="split_heads", message=r"ValueError")
+wrong_answer("check_split_heads", "edge", "a ValueError that does not say which argument is wrong", """
+def split_heads(x, num_heads):
+    B, T, C = x.shape
+    if C % num_heads:
+        raise ValueError("bad shape")
+    return x.view(B, T, num_heads, C // num_heads).transpose(1, 2)
+""", call="split_heads", message=r"should name num_heads")
+wrong_answer("check_split_heads", "value", "forgets the transpose and returns (B, T, H, D)", """
+def split_heads(x, num_heads):
+    B, T, C = x.shape
+    if C % num_heads:
+        raise ValueError(f"num_heads={num_heads} must divide C={C}")
+    return x.view(B, T, num_heads, C // num_heads)
+""", call="split_heads", message=r"expected shape")
+
+wrong_answer("check_buggy_split_prediction", "mistake", "the correct split's answer: every token in head 1",
+             "p = [0, 1, 2, 3, 4, 5]", call="p", message=r"correct split")
+wrong_answer("check_buggy_split_prediction", "mistake", "one token per row, tokens 3-5 twice",
+             "p = [3, 4, 5, 3, 4, 5]", call="p", message=r"token after token")
+wrong_answer("check_buggy_split_prediction", "edge", "the set of tokens, not one per row",
+             "p = [3, 4, 5]", call="p", message=r"6 rows")
+wrong_answer("check_buggy_split_prediction", "value", "a string", "p = '345'", call="p",
+             message=r"list of integers")
+
+wrong_answer("check_entropy_from_scores", "mistake", "entropy in bits (log2), not nats", """
+def entropy_from_scores(s):
+    z = torch.logsumexp(s, -1, keepdim=True)
+    p = torch.exp(s - z)
+    return -(torch.where(p > 0, p * (s - z), torch.zeros_like(p)) / math.log(2)).sum(-1)
+""", call="entropy_from_scores", message=r"differ")
+wrong_answer("check_entropy_from_scores", "edge", "0·(-inf) at the masked keys gives NaN", """
+def entropy_from_scores(s):
+    z = torch.logsumexp(s, -1, keepdim=True)
+    p = torch.exp(s - z)
+    return -(p * (s - z)).sum(-1)
+""", call="entropy_from_scores", message=r"0·\(-inf\)")
+wrong_answer("check_entropy_from_scores", "mistake", "normalises over the queries (dim -2), not the keys", """
+def entropy_from_scores(s):
+    z = torch.logsumexp(s, -2, keepdim=True)
+    p = torch.exp(s - z)
+    return -torch.where(p > 0, p * (s - z), torch.zeros_like(p)).sum(-1)
+""", call="entropy_from_scores", message=r"differ|NaN")
+wrong_answer("check_entropy_from_scores", "method", "torch's Categorical computes it", """
+from torch.distributions import Categorical as Dist
+def entropy_from_scores(s):
+    return Dist(logits=s).entropy()
+""", call="entropy_from_scores", message=r"not to use")
+
+_CROSS = """
+def cross(x, memory, w_q, w_k, w_v, w_o, num_heads, memory_mask=None, scale_by_C=False, invert=False):
+    B, T_q, C = x.shape
+    T_k, H = memory.shape[1], num_heads
+    D = C // H
+    q = (x @ w_q.T).view(B, T_q, H, D).transpose(1, 2)
+    k = (memory @ w_k.T).view(B, T_k, H, D).transpose(1, 2)
+    v = (memory @ w_v.T).view(B, T_k, H, D).transpose(1, 2)
+    s = q @ k.transpose(-2, -1) / math.sqrt(C if scale_by_C else D)
+    if memory_mask is not None:
+        keep = ~memory_mask if invert else memory_mask
+        s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
+    out = torch.softmax(s, -1) @ v
+    return out.transpose(1, 2).reshape(B, T_q, C) @ w_o.T
+"""
+wrong_answer("check_cross_attention", "mistake", "scales by sqrt(C), not sqrt(D)", _CROSS + """
+def f(*a, memory_mask=None):
+    return cross(*a, memory_mask=memory_mask, scale_by_C=True)
+""", call="f", message=r"vs nn\.MultiheadAttention")
+wrong_answer("check_cross_attention", "mistake", "self-attention: keys and values from x, not from memory", _CROSS + """
+def f(x, memory, *a, memory_mask=None):
+    return cross(x, x, *a, memory_mask=None)
+""", call="f", message=r"vs nn\.MultiheadAttention")
+wrong_answer("check_cross_attention", "edge", "ignores the padding of the memory", _CROSS + """
+def f(*a, memory_mask=None):
+    return cross(*a)
+""", call="f", message=r"padded memory")
+wrong_answer("check_cross_attention", "mistake", "nn.MultiheadAttention's convention: treats True as padding", _CROSS + """
+def f(*a, memory_mask=None):
+    return cross(*a, memory_mask=memory_mask, invert=True)
+""", call="f", message=r"NaN|padded memory")
+wrong_answer("check_cross_attention", "method", "wraps nn.MultiheadAttention", """
+def f(x, memory, w_q, w_k, w_v, w_o, num_heads, memory_mask=None):
+    m = nn.MultiheadAttention(x.shape[-1], num_heads, bias=False, batch_first=True).to(x.dtype)
+    with torch.no_grad():
+        m.in_proj_weight.copy_(torch.cat([w_q, w_k, w_v]))
+        m.out_proj.weight.copy_(w_o)
+    return m(x, memory, memory, key_padding_mask=None if memory_mask is None else ~memory_mask)[0]
+""", call="f", message=r"not to use")
+
+_GQA = """
+def gqa(q, k, v, causal=False, cycled=False, ignore_causal=False):
+    groups = q.shape[1] // k.shape[1]
+    k, v = ((t.repeat(1, groups, 1, 1) if cycled else t.repeat_interleave(groups, dim=1)) for t in (k, v))
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal and not ignore_causal:
+        T = q.shape[2]
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v
+"""
+wrong_answer("check_grouped_query_attention", "mistake", "head h reads group h % G (repeat, not repeat_interleave)", _GQA + """
+def f(q, k, v, causal=False):
+    return gqa(q, k, v, causal, cycled=True)
+""", call="f", message=r"in a cycle")
+wrong_answer("check_grouped_query_attention", "edge", "ignores causal=True", _GQA + """
+def f(q, k, v, causal=False):
+    return gqa(q, k, v, causal, ignore_causal=True)
+""", call="f", message=r"causal=True")
+wrong_answer("check_grouped_query_attention", "value", "returns only the G key/value heads' outputs", _GQA + """
+def f(q, k, v, causal=False):
+    return gqa(q, k, v, causal)[:, : k.shape[1]]
+""", call="f", message=r"expected shape")
+wrong_answer("check_grouped_query_attention", "method", "calls torch's attention with enable_gqa", """
+from torch.nn.functional import scaled_dot_product_attention as attend
+def f(q, k, v, causal=False):
+    return attend(q, k, v, is_causal=causal, enable_gqa=True)
+""", call="f", message=r"not to use")

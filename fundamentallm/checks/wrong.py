@@ -66,9 +66,11 @@ def wrong_answer(check: str, kind: str, what: str, source: str, *, call: str, me
     if not check.startswith("check_"):
         raise ValueError(f"check={check!r} must be a check's name (check_...)")
     re.compile(message)  # a typo in the pattern fails at import time
-    import inspect
+    import sys
 
-    caller = inspect.stack()[1].filename
+    # The declaring module's file (sys._getframe, not inspect.stack(), which reads the source of
+    # every frame on the stack: seconds at import once the tables hold a few hundred rows).
+    caller = sys._getframe(1).f_code.co_filename
     chapter = re.search(r"ch(\d\d)\.py$", caller)
     entry = WrongAnswer(check, kind, what, _dedent(source), call, message, chapter.group(1) if chapter else "")
     WRONG_ANSWERS.append(entry)
