@@ -186,7 +186,7 @@ def main() -> None:
                         help="repetitions of the slow no-cache run at GPT-2 size")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--save", default=None, metavar="PATH",
-                        help="also write the JSON result to PATH (e.g. benchmarks/results/NAME.json)")
+                        help="also write the JSON result to PATH (e.g. fundamentallm/results/NAME.json)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

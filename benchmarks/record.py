@@ -46,7 +46,7 @@ def permutation_p_value(new: list[float], old: list[float]) -> float:
     return hits / count
 
 
-# --- the records table the book's records page reads (results/records.json) -----------------------
+# --- the records table the book's records page reads (fundamentallm/results/records.json) -----------------------
 WHO = {"record": "FundamentaLLM", "ours": "FundamentaLLM",
        "baseline": "nanoGPT's CPU recipe (Karpathy), rebuilt with this package"}
 WHAT = {
@@ -96,9 +96,9 @@ def records_table(sources: dict[str, str], root: Path) -> dict:
     return {"rules": rules, "records": records}
 
 
-if __name__ == "__main__":  # python benchmarks/record.py: rewrite results/records.json from the runs
+if __name__ == "__main__":  # python benchmarks/record.py: rewrite fundamentallm/results/records.json from the runs
     root = Path(__file__).resolve().parent.parent
-    table = records_table({"tinyshakespeare": "benchmarks/results/train_budget_tinyshakespeare.json",
-                           "python-docs": "benchmarks/results/train_budget_python-docs.json"}, root)
-    (root / "benchmarks" / "results" / "records.json").write_text(json.dumps(table, indent=1) + "\n")
+    table = records_table({"tinyshakespeare": "fundamentallm/results/train_budget_tinyshakespeare.json",
+                           "python-docs": "fundamentallm/results/train_budget_python-docs.json"}, root)
+    (root / "fundamentallm" / "results" / "records.json").write_text(json.dumps(table, indent=1) + "\n")
     print(f"wrote {len(table['records'])} entries")

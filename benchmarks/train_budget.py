@@ -447,7 +447,7 @@ def main() -> None:
                         help="evaluate on the whole validation split every STEPS steps until the target "
                              "is reached (not timed; 0: only at the end)")
     parser.add_argument("--save", default=None, metavar="PATH",
-                        help="also write the JSON result to PATH (e.g. benchmarks/results/NAME.json)")
+                        help="also write the JSON result to PATH (e.g. fundamentallm/results/NAME.json)")
     parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="FIELD=VALUE",
                         help="override a TransformerConfig or TrainConfig field of the (first) recipe, "
                              "for sweeps and ablations; several at once or the flag repeated")

@@ -12,6 +12,7 @@ import pytest
 from fundamentallm.recipes import BUDGET, RECIPES
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+RESULTS = BENCHMARKS.parent / "fundamentallm" / "results"
 
 
 def run_script(name: str, *args: str, tmp_path: Path) -> dict:
@@ -188,13 +189,13 @@ def test_benchmark_flags_are_validated(tmp_path, script, args, message):
 
 
 def test_chapter_9_prints_the_stored_train_budget_result():
-    """The figures chapter 9 gives come from benchmarks/results/ (a code cell loads and prints
+    """The figures chapter 9 gives come from fundamentallm/results/ (a code cell loads and prints
     them), never from numbers typed into its prose."""
-    stored = json.loads((BENCHMARKS / "results" / "train_budget_python-docs.json").read_text())
+    stored = json.loads((RESULTS / "train_budget_python-docs.json").read_text())
     nb = json.loads((BENCHMARKS.parent / "book" / "09_training.ipynb").read_text())
     prose = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    assert "benchmarks/results/train_budget_python-docs.json" in code and 'bench[recipe]' in code
+    assert 'results.load("train_budget_python-docs")' in code and 'bench[recipe]' in code
     for recipe in ("ours", "baseline"):
         assert f"{stored[recipe]['mean']:.3f}" not in prose, f"{recipe}'s loss typed into the prose"
     assert stored["corpus"] == "python-docs"
@@ -207,7 +208,7 @@ def test_records_are_the_stored_runs():
     sys.path.insert(0, str(BENCHMARKS))
     from record import COPIED, records_table
 
-    stored = json.loads((BENCHMARKS / "results" / "records.json").read_text())
+    stored = json.loads((RESULTS / "records.json").read_text())
     sources = {e["corpus"]: e["source"] for e in stored["records"]}
     assert stored == records_table(sources, BENCHMARKS.parent)
     rules = stored["rules"]
@@ -257,7 +258,7 @@ def test_a_recipe_variant_is_the_recipe_with_its_overrides(tmp_path):
 
 
 def test_ablations_are_consistent():
-    stored = json.loads((BENCHMARKS / "results" / "ablations.json").read_text())
+    stored = json.loads((RESULTS / "ablations.json").read_text())
     for row in [stored["reference"], *stored["rows"]]:
         assert len(row["val_loss"]) == len(stored["seeds"]) == 3
         assert row["mean"] == pytest.approx(sum(row["val_loss"]) / 3, abs=1e-4)
@@ -301,3 +302,23 @@ def test_tokenizer_training_and_memmap_rss_run(tmp_path):
     (row,) = out["results"]
     assert row["train_tokens"] > 200_000 and row["train"]["peak_rss_mb"] >= row["train"]["peak_anon_mb"] > 0
     assert not any(p.name.startswith("tmp") for p in tmp_path.iterdir())  # the corpus was deleted
+
+
+def test_stored_results_ship_in_the_package_with_one_loader():
+    """The results the chapters and the records page show are package data
+    (fundamentallm/results/*.json, declared in pyproject.toml), read through one loader, so that
+    a page run from the wheel (Colab) finds them; no page reads benchmarks' folder or ../."""
+    from fundamentallm import results
+
+    assert {"posttrain", "records", "ablations", "train_budget_python-docs"} <= set(results.names())
+    assert results.load("posttrain") == json.loads((RESULTS / "posttrain.json").read_text())
+    for bad in ("nope", "../posttrain", "posttrain.json"):
+        with pytest.raises(ValueError, match="name must be one of .*posttrain"):
+            results.load(bad)
+    with pytest.raises(TypeError, match="name must be a str"):
+        results.load(3)
+    assert '"fundamentallm.results" = ["*.json"]' in (BENCHMARKS.parent / "pyproject.toml").read_text()
+    for page in sorted((BENCHMARKS.parent / "book").glob("*.ipynb")):
+        code = "".join("".join(c["source"]) for c in json.loads(page.read_text())["cells"]
+                       if c["cell_type"] == "code")
+        assert "benchmarks/results" not in code and '"benchmarks"' not in code, page.name

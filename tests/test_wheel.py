@@ -1,7 +1,11 @@
 """The package runs outside the repository: built as a wheel, installed (not editable) into a
-fresh virtual environment, with chapters copied to an empty folder and executed there.
+fresh virtual environment, and EVERY chapter of the Colab/Jupyter edition (``colab/``, rendered
+here from the working tree's book by the installed package's ``colab-edition``) and the records
+page, copied to an empty folder, executed there: what a reader on Colab runs, with nothing of a
+clone beside it (a chapter that reads a file only a clone has fails here).
 
-Cost: about 2-4 minutes on 2 cores (wheel build, venv, four chapters, one per part of the book);
+Cost: the wheel build and the venv are quick; the 16 pages run up to four at a time (each in its
+own kernel, one per CPU core), so the test costs about what executing the book costs;
 marked ``slow``: ``pytest -m "not slow"`` skips it. The venv is clean (no system
 site-packages): it holds the wheel, and only the distributions the wheel declares (``[book]``
 extra included) and what they declare in turn, linked from this machine's environment, so that
@@ -23,9 +27,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# One chapter per part of _toc.yml (Attention, Building, Training and generation, Going deeper),
-# the shorter ones of each part.
-CHAPTERS = ["02_attention_by_hand", "05_norms_residuals", "08_tokens_data", "11_backprop_by_hand"]
+# pages executed at once, each in its own kernel (the chapters use one torch thread)
+JOBS = max(1, min(4, (os.cpu_count() or 1)))
 
 EXECUTE = r"""
 import json, sys
@@ -34,7 +37,7 @@ import nbformat
 from nbclient import NotebookClient
 
 venv = sys.argv[1]
-for name in sys.argv[2:]:
+for name in sys.argv[2:]:  # one page per process when the test runs several at once
     nb = nbformat.read(name, as_version=4)
     # First, in the kernel itself: the package must be the wheel's copy inside the venv.
     probe = ("import sys, fundamentallm\n"
@@ -122,11 +125,28 @@ def test_wheel_in_a_fresh_venv_runs_chapters_outside_the_repository(tmp_path):
     assert Path(where[0]).is_relative_to(venv) and Path(where[1]) == venv, where
     assert "site-packages" in where[0]  # an installed copy, not a path into a source tree
 
-    # 3. chapters copied into an empty folder, executed there by the venv's Python and kernel
+    # 3. the Colab edition of every chapter, written by the installed package from the source
+    # copy's book into an empty folder, and the records page beside it; executed there by the
+    # venv's Python and kernel, JOBS pages at a time
     work = tmp_path / "work"
-    work.mkdir()
-    for name in CHAPTERS:
-        shutil.copy(ROOT / "book" / f"{name}.ipynb", work)
-    out = run(python, "-c", EXECUTE, venv, *[f"{name}.ipynb" for name in CHAPTERS], cwd=work)
-    assert [json.loads(line)["executed"] for line in out.splitlines() if line.startswith("{")] == \
-        [f"{name}.ipynb" for name in CHAPTERS]
+    run(python, "-m", "fundamentallm.course", "colab-edition", work, "--root", src, cwd=tmp_path)
+    chapters = sorted(p.name for p in work.glob("*.ipynb"))
+    # every chapter of the book: 01_... to NN_..., as many as _toc.yml numbers (15 today)
+    assert [c[:2] for c in chapters] == [f"{i:02d}" for i in range(1, len(chapters) + 1)], chapters
+    assert len(chapters) == len(list((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))) >= 15, chapters
+    shutil.copy(ROOT / "book" / "records.ipynb", work)
+    pages = [*chapters, "records.ipynb"]
+    assert not [p for p in work.iterdir() if p.suffix != ".ipynb"], "the edition must be notebooks only"
+    failed, running, todo = [], [], list(pages)
+    while todo or running:
+        while todo and len(running) < JOBS:
+            name = todo.pop(0)
+            running.append((name, subprocess.Popen([str(python), "-c", EXECUTE, str(venv), name], cwd=work,
+                                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                   text=True)))
+        name, proc = running.pop(0)
+        out, err = proc.communicate(timeout=1200)
+        executed = [json.loads(line)["executed"] for line in out.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or executed != [name]:
+            failed.append(f"{name}:\n{err[-3000:]}")
+    assert not failed, "pages that fail outside the repository:\n" + "\n".join(failed)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .core import CheckFailed, check_shape, exercise_check
+from .wrong import wrong_answer
+
+# Gradients worked out on paper: autograd in any form is forbidden.
+_AUTOGRAD = ("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
+             "torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
+             "torch.func.grad", "torch.func.vjp", "torch.func.jacrev")
 
 
 def _ch15_rng(seed: int) -> torch.Generator:
@@ -89,55 +94,89 @@ def check_lora_trainable(lora_trainable: Callable) -> str:
     return f"{len(cases)} sets of layers"
 
 
-@exercise_check
-def check_dpo_initial_loss(predicted_initial_loss: Any) -> str:
-    """The DPO loss at the first step (policy = reference), for any beta: ``log 2``."""
-    if predicted_initial_loss is None:
-        raise CheckFailed("not attempted yet: assign your prediction (a number) to predicted_initial_loss")
-    if isinstance(predicted_initial_loss, bool) or not isinstance(predicted_initial_loss, (int, float)):
-        raise CheckFailed(f"predicted_initial_loss must be a number, got {type(predicted_initial_loss).__name__}")
-    if not abs(predicted_initial_loss - math.log(2)) < 1e-3:
-        raise CheckFailed(f"{predicted_initial_loss!r} is not it: at the first step the policy is the "
-                          f"reference, so what is each implicit reward beta * (log pi - log pi_ref)?")
-    return "log 2: both implicit rewards are 0, whatever beta and the answers"
+@exercise_check(forbidden=_AUTOGRAD)
+def check_dpo_gradients(dpo_gradients: Callable) -> str:
+    """``dpo_gradients(beta, margin)``: for pairs with margins ``margin`` (``(B,)``, the implicit
+    reward difference r_w - r_l), the derivatives of each pair's DPO loss with respect to
+    ``log pi_theta(y_w|x)`` and ``log pi_theta(y_l|x)``: ``(-beta s, beta s)`` with
+    ``s = sigmoid(-margin)``. Worked out on paper: autograd is refused."""
+    gen = _ch15_rng(2)
+    cases = [("the first step (every margin 0), beta=0.5", 0.5, torch.zeros(4)),
+             ("margins from -3 to 3, beta=0.1", 0.1, torch.linspace(-3, 3, 7)),
+             ("random margins, a random beta", float(torch.rand(1, generator=gen)) * 2 + 0.05,
+              torch.randn(6, generator=gen) * 4),
+             ("pairs ranked right or wrong by a wide margin, beta=1", 1.0, torch.tensor([-40.0, 40.0, 200.0]))]
+    for what, beta, margin in cases:
+        got = dpo_gradients(beta, margin.clone())
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            raise CheckFailed(f"{what}: return two tensors, (d_chosen, d_rejected)")
+        weight = torch.sigmoid(-margin)
+        for name, g, expected in (("d_chosen", got[0], -beta * weight), ("d_rejected", got[1], beta * weight)):
+            g = torch.as_tensor(g, dtype=torch.float32)
+            check_shape(g, tuple(margin.shape), what=f"{name} for {what}")
+            if not bool(torch.isfinite(g).all()):
+                raise CheckFailed(f"{what}: {name} is not finite; for wide margins compute the sigmoid stably")
+            if not bool(((g - expected).abs() <= 1e-5 + 1e-4 * expected.abs()).all()):
+                raise CheckFailed(f"{what}: {name} is not the derivative of -log sigmoid(margin) with respect to "
+                                  f"that log-probability; rethink how the margin depends on it (and on beta), "
+                                  f"and how the derivative changes as the margin grows")
+    return "every margin and beta, from the first step (policy = reference) to pairs already ranked"
 
 
-@exercise_check
+def _ch15_reference_advantages(rewards: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(rewards)
+    for g in group.unique():
+        sel = group == g
+        r = rewards[sel]
+        out[sel] = (r - r.mean()) / (r.std() + 1e-4)
+    return out
+
+
+@exercise_check(forbidden=("fundamentallm.posttrain.group_advantages",))
 def check_group_advantages(group_advantages: Callable) -> str:
-    """``group_advantages(rewards)``: ``(N, G)`` -> ``(r - mean) / (std + 1e-4)`` per row, std
-    with Bessel's correction."""
+    """``group_advantages(rewards, group)``: ``(M,)`` rewards of answers whose prompt is
+    ``group`` (``(M,)`` ids, groups of different sizes, at least 2, in any order) -> ``(M,)``
+    advantages, each reward minus its group's mean over its group's sample std plus 1e-4."""
     gen = _ch15_rng(3)
-    cases = [("binary rewards (N=6, G=8)", torch.randint(0, 2, (6, 8), generator=gen).float()),
-             ("real-valued rewards (N=3, G=5)", torch.randn(3, 5, generator=gen)),
-             ("a group where every answer is right and one where none is", torch.tensor([[1.0] * 4, [0.0] * 4])),
-             ("G=2", torch.tensor([[0.0, 1.0], [2.0, -1.0]]))]
-    for what, rewards in cases:
-        got = group_advantages(rewards.clone())
-        expected = (rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)
+    sizes = [int(v) for v in torch.randint(2, 9, (5,), generator=gen)]
+    group = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
+    group = group[torch.randperm(len(group), generator=gen)]
+    cases = [("binary rewards, 5 groups of sizes " + str(sizes) + " shuffled",
+              torch.randint(0, 2, (len(group),), generator=gen).float(), group),
+             ("real-valued rewards in the same groups", torch.randn(len(group), generator=gen), group),
+             ("a group whose answers are all right and one where none is",
+              torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0]), torch.tensor([0, 1, 0, 1, 0])),
+             ("two groups of 2, ids 3 and 7 (ids need not start at 0)",
+              torch.tensor([0.0, 2.0, 1.0, -1.0]), torch.tensor([7, 3, 7, 3]))]
+    for what, rewards, grp in cases:
+        got = group_advantages(rewards.clone(), grp.clone())
         if not isinstance(got, torch.Tensor):
             raise CheckFailed(f"{what}: expected a tensor, got {type(got).__name__}")
         check_shape(got, tuple(rewards.shape), what=f"advantages for {what}")
-        population = (rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, unbiased=False, keepdim=True) + 1e-4)
-        if rewards.shape[1] > 1 and torch.allclose(got.float(), population, atol=1e-5) and not torch.allclose(
-                population, expected, atol=1e-5):
-            raise CheckFailed(f"{what}: you divided by the population std; use Bessel's correction "
-                              f"(torch.std's default, as trl does)")
-        assert_same(got.float(), expected, what=f"advantages for {what}", atol=1e-5, rtol=1e-5)
-    return f"{len(cases)} reward tables, groups that all agree included (their advantages are 0)"
+        expected = _ch15_reference_advantages(rewards, grp)
+        if not bool(torch.isfinite(got).all()):
+            raise CheckFailed(f"{what}: some advantages are not finite; what is the std of a group that "
+                              f"all agrees, and what does the 1e-4 do?")
+        if not torch.allclose(got.float(), expected, atol=1e-5, rtol=1e-5):
+            raise CheckFailed(f"{what}: not each reward relative to its own group; check which answers "
+                              f"you average over, and which standard deviation (sample or population)")
+    return f"{len(cases)} reward tables, shuffled groups of different sizes, groups that all agree included"
 
 
-@exercise_check
+@exercise_check(forbidden=_AUTOGRAD)
 def check_clip_stops_gradient(clip_stops_gradient: Callable) -> str:
     """``clip_stops_gradient(ratio, advantage, clip_eps)``: boolean, True where the gradient of
-    ``min(ratio A, clip(ratio, 1-eps, 1+eps) A)`` with respect to ``ratio`` is zero; compared with
-    autograd."""
+    ``min(ratio A, clip(ratio, 1-eps, 1+eps) A)`` with respect to ``ratio`` is zero; worked out on
+    paper (autograd is refused), compared with autograd, ratios close to the clip's edges included."""
     gen = _ch15_rng(4)
     ratio = torch.tensor([0.5, 0.9, 1.0, 1.1, 1.5, 0.5, 0.9, 1.0, 1.1, 1.5, 0.5, 1.5])
     adv = torch.tensor([1.0] * 5 + [-1.0] * 5 + [0.0] * 2)
     r2 = torch.rand(4, 6, generator=gen) * 2
     r2 = torch.where(((r2 - 0.9).abs() < 1e-3) | ((r2 - 1.1).abs() < 1e-3), torch.ones_like(r2), r2)
+    near = torch.tensor([1.2 + 2e-6, 1.2 - 2e-6, 0.8 + 2e-6, 0.8 - 2e-6] * 2)  # just inside/outside the clip
     cases = [("ratios 0.5..1.5 with advantages +1, -1 and 0, eps=0.2", ratio, adv, 0.2),
-             ("random ratios and advantages, eps=0.1", r2, torch.randn(4, 6, generator=gen), 0.1)]
+             ("random ratios and advantages, eps=0.1", r2, torch.randn(4, 6, generator=gen), 0.1),
+             ("ratios a few millionths from the clip's edges, eps=0.2", near, torch.tensor([1.0] * 4 + [-1.0] * 4), 0.2)]
     for what, r, a, eps in cases:
         got = clip_stops_gradient(r.clone(), a.clone(), eps)
         x = r.clone().requires_grad_(True)
@@ -149,6 +188,144 @@ def check_clip_stops_gradient(clip_stops_gradient: Callable) -> str:
         check_shape(got, tuple(r.shape), what=f"mask for {what}")
         if not torch.equal(got, expected):
             i = int((got != expected).flatten().nonzero()[0])
-            raise CheckFailed(f"{what}: ratio {float(r.flatten()[i]):.3f}, advantage {float(a.flatten()[i]):+.3f}: "
-                              f"the gradient is {'zero' if bool(expected.flatten()[i]) else 'not zero'} there")
+            raise CheckFailed(f"{what}: ratio {float(r.flatten()[i]):.7f}, advantage {float(a.flatten()[i]):+.3f}: "
+                              f"wrong there; for each sign of A, which branch does the min pick on each side of "
+                              f"1 - eps and 1 + eps, and does that branch depend on the ratio?")
     return "positive, negative and zero advantages, inside and outside the clip range"
+
+
+# --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 15) ------
+
+_MASK = """
+def _reference(ids, assistant_id, end_id):
+    opened = (ids == assistant_id).long().cumsum(1)[:, :-1]
+    closed = (ids == end_id).long().cumsum(1)[:, :-1]
+    return (opened > closed).float()
+"""
+wrong_answer("check_assistant_mask", "mistake", "trains only on the first assistant turn", _MASK + """
+def assistant_mask(ids, assistant_id, end_id):
+    m = _reference(ids, assistant_id, end_id)
+    for b in range(ids.shape[0]):
+        ends = (ids[b, 1:] == end_id).nonzero()
+        if len(ends):
+            m[b, int(ends[0]) + 1:] = 0
+    return m
+""", call="assistant_mask", message=r"marks the targets from the token after each assistant marker")
+wrong_answer("check_assistant_mask", "mistake", "leaves the end token out (the model never learns to stop)", _MASK + """
+def assistant_mask(ids, assistant_id, end_id):
+    return _reference(ids, assistant_id, end_id) * (ids[:, 1:] != end_id).float()
+""", call="assistant_mask", message=r"through its end token")
+wrong_answer("check_assistant_mask", "mistake", "masks positions, not targets (off by one)", _MASK + """
+def assistant_mask(ids, assistant_id, end_id):
+    full = torch.cat([_reference(ids, assistant_id, end_id), torch.zeros(ids.shape[0], 1)], 1)
+    return full[:, 1:]
+""", call="assistant_mask", message=r"should be")
+wrong_answer("check_assistant_mask", "edge", "overwrites the padding in ids to compute the mask", _MASK + """
+def assistant_mask(ids, assistant_id, end_id):
+    out = _reference(ids, assistant_id, end_id)
+    ids[:, -1] = end_id
+    return out
+""", call="assistant_mask", message=r"changed ids|in place")
+
+wrong_answer("check_lora_trainable", "mistake", "counts rank * rank per matrix", """
+def lora_trainable(shapes, rank):
+    return sum(rank * rank for _ in shapes)
+""", call="lora_trainable", message=r"A is \(rank, in_features\)")
+wrong_answer("check_lora_trainable", "mistake", "counts the frozen matrices instead", """
+def lora_trainable(shapes, rank):
+    return sum(o * i for o, i in shapes)
+""", call="lora_trainable", message=r"expected")
+wrong_answer("check_lora_trainable", "edge", "only the first layer's adapters", """
+def lora_trainable(shapes, rank):
+    o, i = shapes[0]
+    return rank * (o + i)
+""", call="lora_trainable", message=r"expected")
+
+wrong_answer("check_dpo_gradients", "mistake", "signs swapped (raises the rejected answer)", """
+def dpo_gradients(beta, margin):
+    s = torch.sigmoid(-margin)
+    return beta * s, -beta * s
+""", call="dpo_gradients", message=r"rethink how the margin depends")
+wrong_answer("check_dpo_gradients", "mistake", "forgets beta (the chain rule through the implicit reward)", """
+def dpo_gradients(beta, margin):
+    s = torch.sigmoid(-margin)
+    return -s, s
+""", call="dpo_gradients", message=r"and on beta")
+wrong_answer("check_dpo_gradients", "edge", "the first step's value for every margin (-beta/2, beta/2)", """
+def dpo_gradients(beta, margin):
+    half = torch.full_like(margin, beta / 2)
+    return -half, half
+""", call="dpo_gradients", message=r"as the margin grows")
+wrong_answer("check_dpo_gradients", "edge", "sigmoid(margin) instead of sigmoid(-margin)", """
+def dpo_gradients(beta, margin):
+    s = torch.sigmoid(margin)
+    return -beta * s, beta * s
+""", call="dpo_gradients", message=r"derivative of -log sigmoid")
+wrong_answer("check_dpo_gradients", "method", "autograd through the DPO loss", """
+def dpo_gradients(beta, margin):
+    chosen = (margin / beta).clone().requires_grad_(True)
+    rejected = torch.zeros_like(margin, requires_grad=True)
+    loss = -torch.nn.functional.logsigmoid(beta * (chosen - rejected)).sum()
+    loss.backward()
+    return chosen.grad, rejected.grad
+""", call="dpo_gradients", message=r"asks you not to use")
+
+wrong_answer("check_group_advantages", "mistake", "the population std (no Bessel correction)", """
+def group_advantages(rewards, group):
+    out = torch.empty_like(rewards)
+    for g in group.unique():
+        r = rewards[group == g]
+        out[group == g] = (r - r.mean()) / (r.std(unbiased=False) + 1e-4)
+    return out
+""", call="group_advantages", message=r"which standard deviation")
+wrong_answer("check_group_advantages", "mistake", "one baseline for the whole batch, not per prompt", """
+def group_advantages(rewards, group):
+    return (rewards - rewards.mean()) / (rewards.std() + 1e-4)
+""", call="group_advantages", message=r"which answers you average over")
+wrong_answer("check_group_advantages", "edge", "no epsilon: 0/0 for a group that all agrees", """
+def group_advantages(rewards, group):
+    out = torch.empty_like(rewards)
+    for g in group.unique():
+        r = rewards[group == g]
+        out[group == g] = (r - r.mean()) / r.std()
+    return out
+""", call="group_advantages", message=r"not finite")
+wrong_answer("check_group_advantages", "edge", "assumes groups are contiguous and of equal size", """
+def group_advantages(rewards, group):
+    n = len(group.unique())
+    r = rewards.reshape(n, -1)
+    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).flatten()
+""", call="group_advantages", message=r".")
+wrong_answer("check_group_advantages", "method", "the package's group_advantages, one group at a time", """
+from fundamentallm.posttrain import group_advantages as normalise
+def group_advantages(rewards, group):
+    out = torch.empty_like(rewards)
+    for g in group.unique():
+        out[group == g] = normalise(rewards[group == g][None])[0]
+    return out
+""", call="group_advantages", message=r"asks you not to use")
+
+wrong_answer("check_clip_stops_gradient", "mistake", "clips on both sides whatever the advantage's sign", """
+def clip_stops_gradient(ratio, advantage, clip_eps):
+    return (ratio > 1 + clip_eps) | (ratio < 1 - clip_eps)
+""", call="clip_stops_gradient", message=r"which branch does the min pick")
+wrong_answer("check_clip_stops_gradient", "edge", "forgets that A = 0 has no gradient anywhere", """
+def clip_stops_gradient(ratio, advantage, clip_eps):
+    return ((advantage > 0) & (ratio > 1 + clip_eps)) | ((advantage < 0) & (ratio < 1 - clip_eps))
+""", call="clip_stops_gradient", message=r"wrong there")
+wrong_answer("check_clip_stops_gradient", "mistake", "the sides swapped", """
+def clip_stops_gradient(ratio, advantage, clip_eps):
+    return (((advantage > 0) & (ratio < 1 - clip_eps)) | ((advantage < 0) & (ratio > 1 + clip_eps))
+            | (advantage == 0))
+""", call="clip_stops_gradient", message=r"wrong there")
+wrong_answer("check_clip_stops_gradient", "method", "asks autograd where the gradient is zero", """
+def clip_stops_gradient(ratio, advantage, clip_eps):
+    x = ratio.clone().requires_grad_(True)
+    torch.min(x * advantage, x.clamp(1 - clip_eps, 1 + clip_eps) * advantage).sum().backward()
+    return x.grad == 0
+""", call="clip_stops_gradient", message=r"asks you not to use")
+wrong_answer("check_clip_stops_gradient", "method", "a central finite difference of the objective", """
+def clip_stops_gradient(ratio, advantage, clip_eps, h=1e-3):
+    f = lambda x: torch.min(x * advantage, x.clamp(1 - clip_eps, 1 + clip_eps) * advantage)
+    return (f(ratio + h) - f(ratio - h)) / (2 * h) == 0
+""", call="clip_stops_gradient", message=r"wrong there")

@@ -150,10 +150,9 @@ def student_edition(out_dir: Path, root: Path = Path("."), repository: Optional[
         else:
             dst.write_text(_unlink(src.read_text(encoding="utf-8"), removed), encoding="utf-8")
     # what the pages need besides the notebooks: bibliography, diagrams, CSS and scripts, the
-    # theme templates the book overrides, the book's own MathJax, and the stored benchmark results
-    # that the appendix (book/records) reads
-    for extra in ("book/references.bib", "book/images", "_static", "_templates", "_vendor",
-                  "benchmarks/results"):
+    # theme templates the book overrides and the book's own MathJax (the stored benchmark results
+    # the pages show ship inside the package: fundamentallm.results)
+    for extra in ("book/references.bib", "book/images", "_static", "_templates", "_vendor"):
         src = root / extra
         if src.is_dir():
             shutil.copytree(src, out_dir / extra, dirs_exist_ok=True)
