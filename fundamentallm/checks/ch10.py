@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import torch
 
 from .core import CheckFailed, check_shape, exercise_check
 from .predict import number, require_prediction
+from .wrong import wrong_answer
 
 
 def _ch10_rng(seed: int) -> torch.Generator:
@@ -42,31 +42,60 @@ def _ch10_compare_kept(got: torch.Tensor, expected_keep: torch.Tensor, what: str
                           f"{int(kept.sum())} tokens, the reference keeps {int(expected_keep.sum())}")
 
 
-@exercise_check(forbidden=("fundamentallm.generation.top_k_filter",))
-def check_top_k_filter(top_k_filter: Callable) -> str:
-    """``top_k_filter(logits, k)`` for ``(..., V)`` logits: keep each row's logits >= its k-th
-    largest (ties kept), -inf elsewhere; compared with a reference built on ``torch.sort``."""
-    g = _ch10_rng(0)
-    cases = [("(4, 50) logits, k=5", torch.randn(4, 50, generator=g), 5),
-             ("(2, 3, 20) logits, k=1 (greedy)", torch.randn(2, 3, 20, generator=g), 1),
-             ("one row (30,), k=7", torch.randn(30, generator=g) * 4, 7),
-             ("(3, 10) logits, k=V=10", torch.randn(3, 10, generator=g), 10),
-             ("(3, 10) logits, k=15 > V", torch.randn(3, 10, generator=g), 15),
-             ("float64 (2, 40) logits, k=12", torch.randn(2, 40, generator=g, dtype=torch.float64), 12),
-             ("ties: [1, 3, 3, 2, 0], k=2 (both 3s are kept)",
-              torch.tensor([[1.0, 3.0, 3.0, 2.0, 0.0]]), 2),
-             ("ties: [1, 3, 3, 2, 0], k=3", torch.tensor([[1.0, 3.0, 3.0, 2.0, 0.0]]), 3),
-             ("ties: [5, 5, 5, 1], k=1 (all three 5s are kept)", torch.tensor([5.0, 5.0, 5.0, 1.0]), 1)]
-    for what, logits, k in cases:
-        before = logits.clone()
-        got = top_k_filter(logits, k)
-        if not torch.equal(logits, before):
-            raise CheckFailed(f"{what}: your function modified its input; return a new tensor")
-        got = _ch10_filtered(got, logits, what)
-        r = min(k, logits.shape[-1])
-        kth = torch.sort(logits, dim=-1, descending=True).values[..., r - 1:r]  # (..., 1)
-        _ch10_compare_kept(got, logits >= kth, what)
-    return f"{len(cases)} cases (batches, k = 1, k >= V, float64, ties) equal the reference"
+def _ch10_repetition_reference(logits: torch.Tensor, ids: torch.Tensor, penalty: float) -> torch.Tensor:
+    out = logits.clone()
+    for b in range(logits.shape[0]):
+        for t in set(ids[b].tolist()):
+            z = out[b, t]
+            out[b, t] = z * penalty if z < 0 else z / penalty
+    return out
+
+
+@exercise_check
+def check_repetition_penalty(repetition_penalty: Callable) -> str:
+    """``repetition_penalty(logits, ids, penalty)``: ``(B, V)`` next-token logits and the ``(B, T)``
+    tokens so far -> new logits in which every token that occurs in its row's context (once or
+    more) is made less likely by the factor ``penalty`` on its logit's magnitude (CTRL's penalty,
+    Keskar et al. 2019, corrected for negative logits); the other logits unchanged."""
+    g = _ch10_rng(7)
+    V = 12
+    cases = []
+    for what, B, T, penalty, scale in (("(2, 12) logits, 6 tokens of context", 2, 6, 1.3, 2.0),
+                                       ("(3, 12) logits, 20 tokens (repeats)", 3, 20, 2.0, 3.0),
+                                       ("one row, penalty 1 (no change)", 1, 5, 1.0, 2.0),
+                                       ("(2, 12) logits all negative", 2, 8, 1.5, 1.0)):
+        logits = torch.randn(B, V, generator=g) * scale
+        if "negative" in what:
+            logits = -logits.abs() - 0.1
+        cases.append((what, logits, torch.randint(0, V, (B, T), generator=g), penalty))
+    mixed = torch.tensor([[2.0, -1.0, 0.5, -3.0, 1.0, 0.0]])
+    cases.append(("[2, -1, 0.5, -3, 1, 0] after tokens [1, 3, 3, 0]", mixed, torch.tensor([[1, 3, 3, 0]]), 2.0))
+    for what, logits, ids, penalty in cases:
+        got = repetition_penalty(logits, ids, penalty)
+        if not isinstance(got, torch.Tensor):
+            raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
+        check_shape(got, tuple(logits.shape), what=what)
+        if not torch.isfinite(got).all():
+            raise CheckFailed(f"{what}: the result has NaN or inf; a penalty rescales logits, it removes nothing")
+        expected = _ch10_repetition_reference(logits, ids, penalty)
+        bad = ~torch.isclose(got, expected, rtol=1e-6, atol=1e-6)
+        if bad.any():
+            b, t = (int(i) for i in bad.nonzero()[0])
+            seen = t in set(ids[b].tolist())
+            z, new = logits[b, t].item(), got[b, t].item()
+            if not seen:
+                hint = "this token is not in the row's context: leave its logit alone"
+            elif ids[b].tolist().count(t) > 1 and z != 0 and abs(new) != abs(z) and \
+                    abs(abs(new) / abs(z) - 1 / penalty) > 1e-4 and abs(abs(new) / abs(z) - penalty) > 1e-4:
+                hint = "this token occurs several times in the context; the penalty is applied once per token, not per occurrence"
+            elif z < 0 and new > z:
+                hint = "this repeated token's logit was negative and moved up: it became MORE likely; which way does dividing by penalty > 1 move a negative number?"
+            elif z > 0 and new >= z and penalty > 1:
+                hint = "this repeated token's logit was positive and did not go down"
+            else:
+                hint = "a repeated token's logit must shrink towards less likely by the factor penalty (in magnitude)"
+            raise CheckFailed(f"{what}, penalty={penalty}: row {b}, token {t} (logit {z:.4g}) became {new:.4g}; {hint}")
+    return f"{len(cases)} cases: positive and negative logits, repeated tokens, penalty 1"
 
 
 def _ch10_top_p_reference(logits: torch.Tensor, p: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,27 +206,27 @@ def check_min_p_filter(min_p_filter: Callable) -> str:
 
 
 @exercise_check
-def check_positions_processed(positions_processed: Callable, cache_saves_more: Any, limit_factor: Any) -> str:
+def check_positions_processed(positions_processed: Callable, factor_p16: Any, limit_factor: Any) -> str:
     """``positions_processed(prompt_len, n_new, use_cache)`` -> how many token positions pass through
     the network to generate ``n_new`` tokens after a prompt of ``prompt_len``: recomputing runs the
     whole sequence at each of the ``n_new`` steps; the cache runs the prompt once, then one position
-    per step, and no forward after the last token. ``cache_saves_more``: whether, for P = 16 and
-    n = 20, the cache saves more than the factor (n + 1) / 2 of a one-token prompt;
-    ``limit_factor``: the factor as P grows without bound, for n = 20."""
-    require_prediction(cache_saves_more, "cache_saves_more", "True or False")
+    per step, and no forward after the last token. ``factor_p16``: the predicted saving
+    (recompute / cache) for P = 16 and n = 20; ``limit_factor``: the saving as P grows without
+    bound, for n = 20. Both graded to 0.05 (a continuum of answers: nothing to guess)."""
+    require_prediction(factor_p16, "factor_p16", "a number")
     require_prediction(limit_factor, "limit_factor", "a number")
-    if not isinstance(cache_saves_more, bool):
-        raise CheckFailed(f"cache_saves_more must be True or False, got {cache_saves_more!r}")
     P, n = 16, 20
     factor = sum(range(P, P + n)) / (P + n - 1)
-    if cache_saves_more != (factor > (n + 1) / 2):
-        raise CheckFailed(f"cache_saves_more: count both sides for P={P}, n={n}: recomputing runs "
-                          f"P + i positions at step i, the cache P + n - 1 in all; compare the ratio "
-                          f"with (n + 1) / 2 = {(n + 1) / 2}")
+    got = number(factor_p16, "factor_p16")
+    if not abs(got - factor) <= 0.05:
+        raise CheckFailed(f"factor_p16: {got:g} is not the saving for P={P}, n={n}; count both sides: "
+                          f"recomputing runs the whole sequence so far at each step (how long is it at "
+                          f"step i?), the cache runs the prompt once and then one position per step, with "
+                          f"no forward pass after the last token")
     limit = number(limit_factor, "limit_factor")
-    if not math.isclose(limit, n, rel_tol=1e-6):
-        raise CheckFailed(f"limit_factor: {limit:g} is not the limit for n={n}; write the ratio "
-                          f"(n·P + n(n-1)/2) / (P + n - 1) and let P grow")
+    if not abs(limit - n) <= 0.05:
+        raise CheckFailed(f"limit_factor: {limit:g} is not the limit for n={n}; write the saving as a "
+                          f"ratio of two polynomials in P and let P grow")
     cases = [(1, 63), (1, 1), (5, 10), (16, 500), (7, 0), (3, 2), (64, 1)]
     for prompt_len, n_new in cases:
         recompute = sum(range(prompt_len, prompt_len + n_new))
@@ -206,6 +235,234 @@ def check_positions_processed(positions_processed: Callable, cache_saves_more: A
             got = positions_processed(prompt_len, n_new, use_cache)
             if got is None or int(got) != expected:
                 raise CheckFailed(f"prompt_len={prompt_len}, n_new={n_new}, use_cache={use_cache}: "
-                                  f"expected {expected} positions, got {got}")
+                                  f"your count {got} is not what generate runs; "
+                                  + ("the prompt is processed once, then one position per new token except "
+                                     "after the last" if use_cache else "at step i the whole sequence so far "
+                                     "(prompt and the i tokens already generated) is run again"))
     return (f"{len(cases)} (prompt, new tokens) pairs; for P={P}, n={n} the cache saves a factor "
-            f"{factor:.1f} > (n + 1) / 2 = {(n + 1) / 2}, tending to n as the prompt grows")
+            f"{factor:.2f} > (n + 1) / 2 = {(n + 1) / 2}, tending to n as the prompt grows")
+
+
+# --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 10) ------
+
+wrong_answer("check_repetition_penalty", "mistake", "CTRL's rule as printed: divides every repeated logit by the "
+             "penalty, which makes a negative one more likely", """
+def repetition_penalty(logits, ids, penalty):
+    out = logits.clone()
+    for b in range(logits.shape[0]):
+        seen = torch.unique(ids[b])
+        out[b, seen] = logits[b, seen] / penalty
+    return out
+""", call="repetition_penalty", message=r"MORE likely")
+wrong_answer("check_repetition_penalty", "edge", "penalises once per occurrence: a token seen three times "
+             "is divided three times", """
+def repetition_penalty(logits, ids, penalty):
+    out = logits.clone()
+    for b in range(logits.shape[0]):
+        for t in ids[b].tolist():
+            out[b, t] = out[b, t] * penalty if out[b, t] < 0 else out[b, t] / penalty
+    return out
+""", call="repetition_penalty", message=r"once per token")
+wrong_answer("check_repetition_penalty", "mistake", "subtracts log(penalty) from every repeated logit (a "
+             "shift, not a rescaling)", """
+def repetition_penalty(logits, ids, penalty):
+    out = logits.clone()
+    for b in range(logits.shape[0]):
+        seen = torch.unique(ids[b])
+        out[b, seen] = logits[b, seen] - math.log(penalty)
+    return out
+""", call="repetition_penalty", message=r"penalty")
+wrong_answer("check_repetition_penalty", "edge", "rescales in place: the caller's logits change too", """
+def repetition_penalty(logits, ids, penalty):
+    for b in range(logits.shape[0]):
+        seen = torch.unique(ids[b])
+        z = logits[b, seen]
+        logits[b, seen] = torch.where(z < 0, z * penalty, z / penalty)
+    return logits
+""", call="repetition_penalty", message=r"in place")
+
+wrong_answer("check_top_p_filter", "mistake", "removes where the cumulative sum *including* the token exceeds p "
+             "(drops the token that crosses p)", """
+def top_p_filter(logits, p):
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    remove_sorted = torch.cumsum(torch.softmax(sorted_logits, -1), -1) > p
+    return logits.masked_fill(remove_sorted.scatter(-1, order, remove_sorted), float("-inf"))
+""", call="top_p_filter", message=r"kept|removed|NaN")
+wrong_answer("check_top_p_filter", "mistake", "forgets to scatter the marks back to vocabulary order", """
+def top_p_filter(logits, p):
+    sorted_logits, _ = torch.sort(logits, dim=-1, descending=True)
+    probs = torch.softmax(sorted_logits, -1)
+    return logits.masked_fill(torch.cumsum(probs, -1) - probs >= p, float("-inf"))
+""", call="top_p_filter", message=r"should be (kept|removed)")
+wrong_answer("check_top_p_filter", "edge", "sorts in ascending order: keeps the least likely tokens", """
+def top_p_filter(logits, p):
+    sorted_logits, order = torch.sort(logits, dim=-1)
+    probs = torch.softmax(sorted_logits, -1)
+    remove_sorted = torch.cumsum(probs, -1) - probs >= p
+    return logits.masked_fill(remove_sorted.scatter(-1, order, remove_sorted), float("-inf"))
+""", call="top_p_filter", message=r"should be (kept|removed)")
+wrong_answer("check_top_p_filter", "method", "the package's top_p_filter under another name", """
+from fundamentallm.generation import top_p_filter as nucleus
+def top_p_filter(logits, p):
+    return nucleus(logits, p)
+""", call="top_p_filter", message=r"asks you not to use fundamentallm\.generation\.top_p_filter")
+
+wrong_answer("check_greedy_decode", "edge", "returns only the new tokens, without the prompt", """
+def greedy_decode(table, ids, n):
+    out = ids
+    for _ in range(n):
+        out = torch.cat([out, table[out[:, -1]].argmax(-1, keepdim=True)], dim=1)
+    return out[:, ids.shape[1]:]
+""", call="greedy_decode", message=r"expected shape")
+wrong_answer("check_greedy_decode", "mistake", "reads the table's column of the last token, not its row", """
+def greedy_decode(table, ids, n):
+    for _ in range(n):
+        ids = torch.cat([ids, table[:, ids[:, -1]].T.argmax(-1, keepdim=True)], dim=1)
+    return ids
+""", call="greedy_decode", message=r"argmax of the row")
+wrong_answer("check_greedy_decode", "edge", "writes into the caller's prompt", """
+def greedy_decode(table, ids, n):
+    out = ids
+    for _ in range(n):
+        out = torch.cat([out, table[out[:, -1]].argmax(-1, keepdim=True)], dim=1)
+    ids[0, 0] = (ids[0, 0] + 1) % 11
+    return out
+""", call="greedy_decode", message=r"modified")
+wrong_answer("check_greedy_decode", "method", "wraps the table in a module and calls the package's generate", """
+from fundamentallm.generation import generate as gen
+class Bigram(nn.Module):
+    def __init__(self, table):
+        super().__init__()
+        self.table = table
+    def forward(self, ids):
+        return self.table[ids]
+def greedy_decode(table, ids, n):
+    return gen(Bigram(table), ids, n, greedy=True)
+""", call="greedy_decode", message=r"asks you not to use")
+
+wrong_answer("check_min_p_filter", "mistake", "an absolute threshold: p >= min_p instead of min_p * p_max", """
+def min_p_filter(logits, min_p):
+    return logits.masked_fill(torch.softmax(logits, -1) < min_p, float("-inf"))
+""", call="min_p_filter", message=r"min_p=0\.3")
+wrong_answer("check_min_p_filter", "mistake", "compares logits instead of probabilities: z >= min_p * z_max", """
+def min_p_filter(logits, min_p):
+    return logits.masked_fill(logits < min_p * logits.amax(-1, keepdim=True), float("-inf"))
+""", call="min_p_filter", message=r"should be (kept|removed)")
+wrong_answer("check_min_p_filter", "value", "returns the filtered probabilities, not logits", """
+def min_p_filter(logits, min_p):
+    probs = torch.softmax(logits, -1)
+    return torch.where(probs >= min_p * probs.amax(-1, keepdim=True), probs, torch.zeros_like(probs))
+""", call="min_p_filter", message=r"-inf|unchanged")
+
+_POSITIONS = """
+def positions_processed(prompt_len, n_new, use_cache):
+    if use_cache:
+        return prompt_len + n_new - 1 if n_new else 0
+    return n_new * prompt_len + n_new * (n_new - 1) // 2
+"""
+wrong_answer("check_positions_processed", "mistake", "predicts the one-token-prompt saving (n + 1) / 2 for "
+             "P = 16", _POSITIONS, call="positions_processed, 10.5, 20", message=r"factor_p16: .*count both sides")
+wrong_answer("check_positions_processed", "mistake", "predicts that a long prompt's saving keeps growing with P",
+             _POSITIONS, call="positions_processed, 14.57, 1000", message=r"limit_factor: .*let P grow")
+wrong_answer("check_positions_processed", "edge", "the cache also runs a forward pass after the last token "
+             "(P + n, not P + n - 1)", """
+def positions_processed(prompt_len, n_new, use_cache):
+    if use_cache:
+        return prompt_len + n_new
+    return n_new * prompt_len + n_new * (n_new - 1) // 2
+""", call="positions_processed, 14.57, 20", message=r"use_cache=True: .*once")
+wrong_answer("check_positions_processed", "mistake", "counts only the new tokens when recomputing, as if the "
+             "prompt were one token", """
+def positions_processed(prompt_len, n_new, use_cache):
+    if use_cache:
+        return prompt_len + n_new - 1 if n_new else 0
+    return n_new * (n_new + 1) // 2
+""", call="positions_processed, 14.57, 20", message=r"use_cache=False: .*whole sequence")
+
+
+class _Bigram(torch.nn.Module):
+    """A (V, V) table of next-token logits as a model: row = the last token."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__()
+        self.table = table
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table[ids]
+
+
+@exercise_check
+def check_greedy_trap(make_trap: Callable) -> str:
+    """``make_trap()`` -> ``(table, start)``: a ``(V, V)`` bigram table of next-token logits
+    (2 <= V <= 12) and a start token on which, for 3 new tokens, the most likely continuation
+    (total log-probability, by exhaustive search) beats greedy decoding's by at least 1 nat, and
+    beam search with 2 beams finds it."""
+    import itertools
+
+    from ..beam import beam_search
+
+    out = make_trap()
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise CheckFailed(f"make_trap() should return (table, start), got {type(out).__name__}")
+    table, start = out
+    if not (isinstance(table, torch.Tensor) and table.is_floating_point() and table.dim() == 2
+            and table.shape[0] == table.shape[1] and 2 <= table.shape[0] <= 12):
+        raise CheckFailed("table must be a float tensor of shape (V, V) with 2 <= V <= 12")
+    if not torch.isfinite(table).all():
+        raise CheckFailed("table has NaN or inf; use large finite logits (e.g. 20) for near-certain steps")
+    V = table.shape[0]
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < V:
+        raise CheckFailed(f"start must be a token id in [0, {V}), got {start!r}")
+    logp = torch.log_softmax(table.double(), dim=-1)
+    n = 3
+    seq, greedy_total = [start], 0.0
+    for _ in range(n):
+        t = int(logp[seq[-1]].argmax())
+        greedy_total += float(logp[seq[-1], t])
+        seq.append(t)
+    best_total, best = max((sum(float(logp[a, b]) for a, b in zip((start,) + c, c)), c)
+                           for c in itertools.product(range(V), repeat=n))
+    gap = best_total - greedy_total
+    if not gap >= 1.0:
+        raise CheckFailed(f"on your table greedy's continuation {seq[1:]} is within {gap:.2f} nats of the "
+                          f"most likely one (at least 1 is asked); greedy is optimal whenever the best next "
+                          f"token also leads to the best future: what must the rows after greedy's first "
+                          f"choice look like, compared with the rows after a runner-up?")
+    ids, _ = beam_search(_Bigram(table.detach().double()), torch.tensor([start]), num_beams=2,
+                         max_new_tokens=n, length_penalty=0.0)
+    found = ids[0, 1:].tolist()
+    found_total = sum(float(logp[a, b]) for a, b in zip([start] + found, found))
+    if not found_total >= best_total - 1e-9:
+        raise CheckFailed(f"greedy misses the most likely continuation by {gap:.2f} nats, but beam search with "
+                          f"2 beams misses it too (it finds {found}): it keeps only the two best partial "
+                          f"sequences at each step, and your most likely path is not among them at some step")
+    return (f"greedy finds {seq[1:]} (total log-prob {greedy_total:.2f}); the most likely continuation "
+            f"{list(best)} ({best_total:.2f}, {gap:.2f} nats more) is found by 2 beams")
+
+
+wrong_answer("check_greedy_trap", "mistake", "a random table: greedy is usually (near) optimal on it", """
+def make_trap():
+    return torch.randn(6, 6, generator=torch.Generator().manual_seed(1)), 0
+""", call="make_trap", message=r"within .* nats of the most likely one")
+wrong_answer("check_greedy_trap", "mistake", "a trap that greedy falls into but 2 beams do too: the good path "
+             "starts with the third most likely token", """
+def make_trap():
+    t = torch.zeros(6, 6)
+    t[0] = torch.tensor([-9.0, 1.0, 0.9, 0.8, -9.0, -9.0])  # token 3 leads to certainty, ranked third
+    t[3] = torch.full((6,), -20.0); t[3, 5] = 20.0
+    t[5] = torch.full((6,), -20.0); t[5, 5] = 20.0
+    return t, 0
+""", call="make_trap", message=r"2 beams misses it too")
+wrong_answer("check_greedy_trap", "edge", "a uniform table: every continuation ties, nothing to find", """
+def make_trap():
+    return torch.zeros(4, 4), 0
+""", call="make_trap", message=r"within 0\.00 nats")
+wrong_answer("check_greedy_trap", "value", "-inf logits for impossible steps", """
+def make_trap():
+    t = torch.full((4, 4), float("-inf"))
+    t[0, 1], t[0, 2] = 0.4, 0.0
+    t[1] = 0.0
+    t[2, 3] = 0.0
+    t[3, 3] = 0.0
+    return t, 0
+""", call="make_trap", message=r"NaN or inf")

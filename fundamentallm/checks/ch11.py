@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from .core import CheckFailed, assert_same, exercise_check
+from .core import CheckFailed, _mixed_seed, assert_same, exercise_check
+from .predict import number, require_prediction
+from .wrong import wrong_answer
 
-# The exercises compute gradients by hand: autograd in any form is forbidden.
-_AUTOGRAD = ("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
-             "torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
-             "torch.func.grad", "torch.func.vjp", "torch.func.jacrev")
+# The exercises compute gradients by hand: autograd in any form is forbidden -- reverse mode
+# (torch.autograd.grad, Tensor.backward, torch.autograd.functional), forward mode
+# (torch.autograd.forward_ad) and the function transforms of torch.func (torch._functorch).
+# Finite differences are not a call that can be forbidden: the checks of ex4 and ex5 pass inputs
+# on which a finite difference of the loss is measurably wrong (see _ch11_fd_trap), and compare
+# at a tolerance that a derivation meets and a difference quotient does not.
+_AUTOGRAD = ("torch.autograd", "torch._functorch", "torch.Tensor.backward")
 
 
 def _ch11_rng(seed: int) -> np.random.Generator:
-    return np.random.default_rng(1100 + seed)
+    """NumPy inputs: the book's seed in a notebook, mixed with the grader's secret seed when grading."""
+    return np.random.default_rng(_mixed_seed(1100 + seed))
 
 
 def _ch11_arrays(out: Any, n: int, what: str) -> list[np.ndarray]:
@@ -57,17 +64,18 @@ def check_rmsnorm_backward(rmsnorm_backward: Callable) -> str:
 def check_smoothed_ce_backward(smoothed_ce_backward: Callable) -> str:
     """``smoothed_ce_backward(z, targets, smoothing)`` -> ``dz`` of the mean label-smoothed
     cross-entropy of ``(N, V)`` logits (``F.cross_entropy(..., label_smoothing=smoothing)``)."""
-    cases = [(1, 5, 0.0), (4, 7, 0.1), (6, 3, 0.5), (3, 10, 1.0), (5, 6, 0.2)]
-    for seed, (N, V, eps) in enumerate(cases):
+    cases = [(1, 5, 0.0, 0), (4, 7, 0.1, 0), (6, 3, 0.5, 0), (3, 10, 1.0, 0), (5, 6, 0.2, 0), (3, 5, 0.1, 1000)]
+    for seed, (N, V, eps, offset) in enumerate(cases):
         rng = _ch11_rng(30 + seed)
-        z = torch.tensor(rng.standard_normal((N, V)) * 2, requires_grad=True)
+        z = torch.tensor(rng.standard_normal((N, V)) * 2 + offset, requires_grad=True)
         targets = torch.tensor(rng.integers(0, V, N))
         loss = torch.nn.functional.cross_entropy(z, targets, label_smoothing=eps)
         (expected,) = torch.autograd.grad(loss, z)
         got = smoothed_ce_backward(_ch11_np(z), targets.numpy().copy(), eps)
-        assert_same(got, expected, what=f"dz for N={N}, V={V}, smoothing={eps} (the loss is a mean "
-                                        f"over the N rows)")
-    return f"{len(cases)} cases, smoothing 0 to 1, match autograd"
+        what = (f"dz for N={N}, V={V}, smoothing={eps}" + (" and large logits (exp overflows unless the "
+                "softmax is computed stably)" if offset else " (the loss is a mean over the N rows)"))
+        assert_same(got, expected, what=what)
+    return f"{len(cases)} cases, smoothing 0 to 1 and logits of size 1000 included, match autograd"
 
 
 @exercise_check(forbidden=_AUTOGRAD + ("torch.nn.functional.silu",))
@@ -99,40 +107,322 @@ def _ch11_alibi_loss(q, k, v, dout, slope):
     return ((torch.softmax(scores, dim=-1) @ v) * dout).sum()
 
 
+def _ch11_slope_grad(got: Any, shape: tuple) -> float:
+    if isinstance(got, (np.ndarray, torch.Tensor)) and np.size(got) != 1:
+        raise CheckFailed(f"inputs of shape {shape}: the slope is one number, so its gradient is "
+                          f"one number (sum over every query, key and leading axis); got shape "
+                          f"{tuple(np.shape(got))}")
+    try:
+        value = float(np.asarray(got, dtype=np.float64).reshape(()))
+    except (TypeError, ValueError):
+        raise CheckFailed(f"inputs of shape {shape}: return one float, got {type(got).__name__}") from None
+    if not math.isfinite(value):
+        raise CheckFailed(f"inputs of shape {shape}: the gradient is {value}; it is finite for "
+                          f"finite inputs (masked scores have P = 0, so their dS is 0, not NaN)")
+    return value
+
+
 @exercise_check(forbidden=_AUTOGRAD)
 def check_alibi_slope_grad(alibi_slope_grad: Callable) -> str:
     """``alibi_slope_grad(q, k, v, dout, slope)`` -> the scalar dL/dslope for causal attention
-    with ALiBi scores ``q·k / sqrt(D) - slope·(i - j)``, given the upstream gradient ``dout``."""
+    with ALiBi scores ``q·k / sqrt(D) - slope·(i - j)``, given the upstream gradient ``dout``.
+
+    Derived by hand, not measured: autograd is forbidden, and a finite difference of the loss
+    fails two ways. On plain inputs the check compares at 1e-11 (a derivation is exact to about
+    1e-15; a central difference, whatever its step, is off by more than that on some case). Then every value row
+    gets the same large offset c (v_j + c for every key j): out = P v + c, so the loss gains
+    sum(c · dout), a constant that does not depend on the slope, and the exact gradient is
+    unchanged (the softmax backward removes it); a finite difference of the loss, whose value is
+    now about 1e6, loses its digits to rounding (1e-7 or worse at every step size)."""
     cases = [((4, 3), 0.5), ((2, 6, 4), 0.25), ((2, 2, 5, 3), 1.0), ((1, 3), 0.0), ((8, 2), 2.0)]
     for seed, (shape, slope) in enumerate(cases):
         rng = _ch11_rng(50 + seed)
         q, k, v, dout = (torch.tensor(rng.standard_normal(shape)) for _ in range(4))
         m = torch.tensor(slope, dtype=torch.float64, requires_grad=True)
         (expected,) = torch.autograd.grad(_ch11_alibi_loss(q, k, v, dout, m), m)
-        got = alibi_slope_grad(*(t.numpy().copy() for t in (q, k, v, dout)), slope)
-        if isinstance(got, (np.ndarray, torch.Tensor)) and np.size(got) != 1:
-            raise CheckFailed(f"inputs of shape {shape}: the slope is one number, so its gradient is "
-                              f"one number (sum over every query, key and leading axis); got shape "
-                              f"{tuple(np.shape(got))}")
-        assert_same(np.asarray(got, dtype=np.float64).reshape(()), expected,
-                    what=f"dL/dslope for inputs of shape {shape}, slope={slope}")
-    return f"{len(cases)} cases, a zero slope and extra leading axes included, match autograd"
+        got = _ch11_slope_grad(alibi_slope_grad(*(t.numpy().copy() for t in (q, k, v, dout)), slope), shape)
+        assert_same(np.float64(got), expected, what=f"dL/dslope for inputs of shape {shape}, slope={slope} "
+                    f"(compared to 1e-11: a derivation is exact to rounding)", rtol=1e-11, atol=1e-11)
+        if shape[-2] == 1:
+            continue
+        offset = 1e6 * torch.tensor(rng.standard_normal(shape[-1]))  # the same for every key
+        got = _ch11_slope_grad(alibi_slope_grad(*(t.numpy().copy() for t in (q, k, v + offset, dout)), slope),
+                               shape)
+        if not abs(got - expected.item()) <= 3e-8 * (1 + abs(expected.item())):
+            raise CheckFailed(f"inputs of shape {shape} whose value rows all share one large offset c: "
+                              f"your dL/dslope moved by {abs(got - expected.item()):.1e}, but c adds to "
+                              f"the loss only sum(c·dout), which does not depend on the slope; a "
+                              f"derived gradient stays put (the softmax backward cancels c), a finite "
+                              f"difference of the loss loses its digits to rounding -- derive it")
+    return (f"{len(cases)} cases, a zero slope and extra leading axes included, match autograd to 1e-11, "
+            f"and stay put under a large offset shared by the value rows")
 
 
-@exercise_check
-def check_gelu_backward(gelu_backward: Callable) -> str:
+def _ch11_gelu_grad(x: np.ndarray) -> np.ndarray:
+    """dy/dx of the tanh GELU, by autograd of F.gelu in float64 (the check's reference)."""
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    (dx,) = torch.autograd.grad(torch.nn.functional.gelu(xt, approximate="tanh").sum(), xt)
+    return dx.numpy()
+
+
+@exercise_check(forbidden=_AUTOGRAD)
+def check_gelu_backward(gelu_backward: Callable, limits: Any, extremes: Any) -> str:
     """``gelu_backward(x, dy)`` -> ``dx`` for GPT-2's tanh GELU, eq. (ch07: the feed-forward layer),
     ``y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``; NumPy float64 in and out, compared with
-    PyTorch's autograd of ``F.gelu(x, approximate="tanh")``."""
-    rng = _ch11_rng(50)
+    PyTorch's autograd of ``F.gelu(x, approximate="tanh")`` at a tolerance (5e-14 absolute) that
+    the derived formula meets and a finite difference does not (its best step leaves 1e-11 or
+    more, and 1e-9 where |x| is large). ``limits``: the predicted limits of dy/dx as
+    x -> -inf, at x = 0 and as x -> +inf; ``extremes``: its predicted (minimum, maximum)."""
+    require_prediction(limits, "limits", "three numbers: dy/dx as x -> -inf, at 0, as x -> +inf")
+    require_prediction(extremes, "extremes", "two numbers: the minimum and the maximum of dy/dx")
+    if not (isinstance(limits, (tuple, list)) and len(limits) == 3):
+        raise CheckFailed(f"limits must be three numbers (x -> -inf, x = 0, x -> +inf), got {limits!r}")
+    if not (isinstance(extremes, (tuple, list)) and len(extremes) == 2):
+        raise CheckFailed(f"extremes must be two numbers (minimum, maximum), got {extremes!r}")
+    lim = [number(v, f"limits[{i}]") for i, v in enumerate(limits)]
+    ext = [number(v, f"extremes[{i}]") for i, v in enumerate(extremes)]
+    for value, expected, where, why in (
+            (lim[0], 0.0, "x -> -inf", "what tanh u tends to, and whether x (1 - tanh^2 u) du/dx can "
+                                       "stay large when 1 - tanh^2 u falls like exp(-2|u|)"),
+            (lim[1], 0.5, "x = 0", "which terms of the product rule survive at x = 0"),
+            (lim[2], 1.0, "x -> +inf", "what tanh u tends to, and whether x (1 - tanh^2 u) du/dx can "
+                                       "stay large when 1 - tanh^2 u falls like exp(-2|u|)")):
+        if not abs(value - expected) <= 1e-6:
+            raise CheckFailed(f"limits: your value at {where} is not the limit of dy/dx there; "
+                              f"rethink {why}")
+    grid = np.linspace(-6.0, 6.0, 120001)
+    g = _ch11_gelu_grad(grid)
+    true = (float(g.min()), float(g.max()))
+    if not (abs(ext[0] - true[0]) <= 2e-3 and abs(ext[1] - true[1]) <= 2e-3):
+        raise CheckFailed("extremes: your (minimum, maximum) of dy/dx are not within 0.002 of the "
+                          "tanh GELU's; does dy/dx go above 1 or below 0, and where (set the second "
+                          "derivative to zero, or evaluate your gelu_backward on a fine grid)? "
+                          "gelu(x) - gelu(-x) = x also ties the minimum to the maximum")
+    rng = _ch11_rng(60)
     cases = [("a (4, 5) batch", rng.normal(size=(4, 5)) * 2),
-             ("large |x| (saturated tanh)", np.array([-12.0, -6.0, -3.0, 0.0, 3.0, 6.0, 12.0])),
+             ("large |x| (saturated tanh)", np.array([-40.0, -12.0, -6.0, -3.0, 0.0, 3.0, 6.0, 12.0, 40.0])),
              ("around 0", np.linspace(-1, 1, 11)),
-             ("three axes", rng.normal(size=(2, 3, 4)))]
+             ("three axes", rng.normal(size=(2, 3, 4))),
+             ("the curved region, 50 points", rng.uniform(-3, 3, size=50))]
     for what, x in cases:
         dy = rng.normal(size=x.shape)
-        xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-        torch.nn.functional.gelu(xt, approximate="tanh").backward(torch.tensor(dy))
         (dx,) = _ch11_arrays((gelu_backward(x.copy(), dy.copy()),), 1, what)
-        assert_same(np.asarray(dx, dtype=np.float64), xt.grad.numpy(), f"{what}: dx", rtol=1e-7, atol=1e-9)
-    return f"{len(cases)} cases equal to autograd of F.gelu(approximate='tanh')"
+        dx = np.asarray(dx, dtype=np.float64)
+        if not np.isfinite(dx).all():
+            raise CheckFailed(f"{what}: dx has NaN or inf; the derivative is finite everywhere "
+                              f"(1 - tanh^2 u underflows to 0 at large |u|, which is fine)")
+        assert_same(dx, dy * _ch11_gelu_grad(x), f"{what}: dx (compared to 5e-14: a derived formula is exact "
+                    f"to rounding, a difference quotient is not)", rtol=5e-13, atol=5e-14)
+    return (f"{len(cases)} cases equal to autograd of F.gelu(approximate='tanh') to 5e-14; dy/dx "
+            f"ranges from {true[0]:.4f} to {true[1]:.4f} (at x = {grid[g.argmin()]:.3f} and "
+            f"{grid[g.argmax()]:.3f})")
+
+
+# --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 11) ------
+
+wrong_answer("check_rmsnorm_backward", "mistake", "LayerNorm's backward: subtracts the mean, a term RMSNorm "
+             "does not have", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    C = x.shape[-1]
+    rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + eps)
+    xhat = (x - x.mean(axis=-1, keepdims=True)) * rstd
+    g = dy * gamma
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    return dx, (dy * xhat).reshape(-1, C).sum(axis=0)
+""", call="rmsnorm_backward", message=r"dgamma for x of shape")
+wrong_answer("check_rmsnorm_backward", "mistake", "treats r as a constant: forgets that r depends on x", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    C = x.shape[-1]
+    rstd = 1.0 / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps)
+    return dy * gamma * rstd, (dy * x * rstd).reshape(-1, C).sum(axis=0)
+""", call="rmsnorm_backward", message=r"coupling term")
+wrong_answer("check_rmsnorm_backward", "edge", "dgamma summed over the first axis only (right for 2-D x, "
+             "wrong for (B, T, C))", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    rstd = 1.0 / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps)
+    xhat, g = x * rstd, dy * gamma
+    dx = rstd * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    return dx, (dy * xhat).sum(axis=0)
+""", call="rmsnorm_backward", message=r"dgamma .*expected shape")
+wrong_answer("check_rmsnorm_backward", "method", "autograd: the forward in torch, then backward()", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    xt, gt = torch.tensor(x, requires_grad=True), torch.tensor(gamma, requires_grad=True)
+    y = xt / torch.sqrt(xt.pow(2).mean(-1, keepdim=True) + eps) * gt
+    y.backward(torch.tensor(dy))
+    return xt.grad.numpy(), gt.grad.numpy()
+""", call="rmsnorm_backward", message=r"asks you not to use torch\.(Tensor\.backward|autograd)")
+
+wrong_answer("check_smoothed_ce_backward", "mistake", "the gradient of the summed loss (forgets the mean's 1/N)", """
+def smoothed_ce_backward(z, targets, smoothing):
+    N, V = z.shape
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    q = np.full_like(p, smoothing / V)
+    q[np.arange(N), targets] += 1 - smoothing
+    return p - q
+""", call="smoothed_ce_backward", message=r"mean over the N rows")
+wrong_answer("check_smoothed_ce_backward", "mistake", "smooths over the V - 1 wrong classes (eps / (V - 1)), "
+             "not over all V as PyTorch does", """
+def smoothed_ce_backward(z, targets, smoothing):
+    N, V = z.shape
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    q = np.full_like(p, smoothing / (V - 1))
+    q[np.arange(N), targets] = 1 - smoothing
+    return (p - q) / N
+""", call="smoothed_ce_backward", message=r"smoothing=0\.")
+wrong_answer("check_smoothed_ce_backward", "edge", "no max subtraction: exp overflows on large logits "
+             "(right on small ones)", """
+def smoothed_ce_backward(z, targets, smoothing):
+    N, V = z.shape
+    p = np.exp(z)
+    p /= p.sum(axis=-1, keepdims=True)
+    q = np.full_like(p, smoothing / V)
+    q[np.arange(N), targets] += 1 - smoothing
+    return (p - q) / N
+""", call="smoothed_ce_backward", message=r"large logits")
+wrong_answer("check_smoothed_ce_backward", "method", "autograd of F.cross_entropy", """
+def smoothed_ce_backward(z, targets, smoothing):
+    zt = torch.tensor(z, requires_grad=True)
+    loss = F.cross_entropy(zt, torch.tensor(targets), label_smoothing=smoothing)
+    (g,) = torch.autograd.grad(loss, zt)
+    return g.numpy()
+""", call="smoothed_ce_backward", message=r"asks you not to use")
+
+wrong_answer("check_swiglu_backward", "mistake", "no product rule: silu'(a) taken as sigmoid(a)", """
+def swiglu_backward(a, b, dy):
+    s = 1.0 / (1.0 + np.exp(-a))
+    return dy * b * s, dy * a * s
+""", call="swiglu_backward", message=r"da for shape")
+wrong_answer("check_swiglu_backward", "mistake", "returns (db, da), the order swapped", """
+def swiglu_backward(a, b, dy):
+    s = 1.0 / (1.0 + np.exp(-a))
+    return dy * a * s, dy * b * (s + a * s * (1 - s))
+""", call="swiglu_backward", message=r"db for shape")
+wrong_answer("check_swiglu_backward", "edge", "forgets the upstream gradient dy in da (right only where dy = 1)", """
+def swiglu_backward(a, b, dy):
+    s = 1.0 / (1.0 + np.exp(-a))
+    return b * (s + a * s * (1 - s)), dy * a * s
+""", call="swiglu_backward", message=r"da for shape")
+wrong_answer("check_swiglu_backward", "method", "torch.func.grad of the forward", """
+def swiglu_backward(a, b, dy):
+    from torch.func import vjp
+    at, bt, dyt = (torch.tensor(t) for t in (a, b, dy))
+    _, pull = vjp(lambda a, b: F.silu(a) * b, at, bt)
+    da, db = pull(dyt)
+    return da.numpy(), db.numpy()
+""", call="swiglu_backward", message=r"asks you not to use")
+
+_ALIBI_LOSS = """
+def _loss(q, k, v, dout, m):
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    d = (i[:, None] - i[None, :]).astype(float)
+    s = np.where(d >= 0, q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - m * d, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return float(((p @ v) * dout).sum())
+"""
+wrong_answer("check_alibi_slope_grad", "mistake", "skips the softmax backward: uses dP where dS is needed", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    T = q.shape[-2]
+    i = np.arange(T)
+    distance = (i[:, None] - i[None, :]).astype(float)
+    dp = np.where(distance >= 0, dout @ np.swapaxes(v, -1, -2), 0.0)
+    return float((dp * -distance).sum())
+""", call="alibi_slope_grad", message=r"dL/dslope for inputs of shape")
+wrong_answer("check_alibi_slope_grad", "mistake", "dS/dm taken as +(i - j): the sign of the penalty lost", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    d = (i[:, None] - i[None, :]).astype(float)
+    s = np.where(d >= 0, q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - slope * d, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    dp = dout @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    return float((ds * d).sum())
+""", call="alibi_slope_grad", message=r"dL/dslope")
+wrong_answer("check_alibi_slope_grad", "edge", "one gradient per query, not the sum over every place the "
+             "slope enters", _ALIBI_LOSS + """
+def alibi_slope_grad(q, k, v, dout, slope):
+    h = 1e-6
+    g = (_loss(q, k, v, dout, slope + h) - _loss(q, k, v, dout, slope - h)) / (2 * h)
+    return np.full(q.shape[-2], g / q.shape[-2])
+""", call="alibi_slope_grad", message=r"one number")
+wrong_answer("check_alibi_slope_grad", "method", "a central finite difference of the loss, step 1e-6", _ALIBI_LOSS + """
+def alibi_slope_grad(q, k, v, dout, slope):
+    h = 1e-6
+    return (_loss(q, k, v, dout, slope + h) - _loss(q, k, v, dout, slope - h)) / (2 * h)
+""", call="alibi_slope_grad", message=r"derivation|derive")
+wrong_answer("check_alibi_slope_grad", "method", "a central finite difference with a larger step (1e-4), "
+             "which beats rounding on plain inputs", _ALIBI_LOSS + """
+def alibi_slope_grad(q, k, v, dout, slope):
+    h = 1e-4
+    return (_loss(q, k, v, dout, slope + h) - _loss(q, k, v, dout, slope - h)) / (2 * h)
+""", call="alibi_slope_grad", message=r"derivation|derive")
+wrong_answer("check_alibi_slope_grad", "method", "autograd on a torch forward", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    q, k, v, dout = (torch.tensor(t) for t in (q, k, v, dout))
+    m = torch.tensor(float(slope), dtype=torch.float64, requires_grad=True)
+    T, D = q.shape[-2], q.shape[-1]
+    i = torch.arange(T)
+    d = (i[:, None] - i[None, :]).double()
+    s = (q @ k.transpose(-2, -1) / D ** 0.5 - m * d).masked_fill(d < 0, float("-inf"))
+    ((torch.softmax(s, -1) @ v) * dout).sum().backward()
+    return m.grad.item()
+""", call="alibi_slope_grad", message=r"asks you not to use")
+
+_GELU_OK = """
+def gelu_backward(x, dy):
+    c = np.sqrt(2 / np.pi)
+    t = np.tanh(c * (x + 0.044715 * x ** 3))
+    return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * c * (1 + 3 * 0.044715 * x ** 2))
+"""
+_GELU_FWD = """
+def _gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+"""
+wrong_answer("check_gelu_backward", "mistake", "no product rule: only 0.5 (1 + tanh u)", """
+def gelu_backward(x, dy):
+    return dy * 0.5 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"dx \(compared")
+wrong_answer("check_gelu_backward", "mistake", "the exact (erf) GELU's derivative: close, but not the tanh form's", """
+def gelu_backward(x, dy):
+    phi = np.exp(-x ** 2 / 2) / np.sqrt(2 * np.pi)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(x / np.sqrt(2)))
+    return dy * (cdf + x * phi)
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"dx \(compared")
+wrong_answer("check_gelu_backward", "value", "a right function, but the derivative predicted never to leave [0, 1]",
+             _GELU_OK, call="gelu_backward, (0.0, 0.5, 1.0), (0.0, 1.0)", message=r"extremes: .*rethink|extremes: .*above 1")
+wrong_answer("check_gelu_backward", "value", "a right function, but the limit at -inf predicted as the "
+             "slope of the negative lobe", _GELU_OK, call="gelu_backward, (-0.1, 0.5, 1.0), (-0.1289, 1.1289)",
+             message=r"limits: .*rethink")
+wrong_answer("check_gelu_backward", "edge", "1/cosh(u)**2 for 1 - tanh^2 u: right, but NaN where x^3 overflows "
+             "cosh at large |x|", """
+def gelu_backward(x, dy):
+    c = np.sqrt(2 / np.pi)
+    u = c * (x + 0.044715 * x ** 3)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sech2 = np.exp(-np.abs(u)) ** 2 * 4 / (1 + np.exp(-2 * np.abs(u))) ** 2
+        sech2 = np.where(np.abs(u) > 300, np.nan, sech2)
+    return dy * (0.5 * (1 + np.tanh(u)) + 0.5 * x * sech2 * c * (1 + 3 * 0.044715 * x ** 2))
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"NaN or inf")
+wrong_answer("check_gelu_backward", "method", "a central finite difference, step 1e-6", _GELU_FWD + """
+def gelu_backward(x, dy):
+    h = 1e-6
+    return dy * (_gelu(x + h) - _gelu(x - h)) / (2 * h)
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"difference quotient")
+wrong_answer("check_gelu_backward", "method", "a five-point finite-difference stencil, step 1e-3 "
+             "(fourth-order accurate)", _GELU_FWD + """
+def gelu_backward(x, dy):
+    h = 1e-3
+    g = (-_gelu(x + 2 * h) + 8 * _gelu(x + h) - 8 * _gelu(x - h) + _gelu(x - 2 * h)) / (12 * h)
+    return dy * g
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"difference quotient")
+wrong_answer("check_gelu_backward", "method", "autograd of F.gelu", """
+def gelu_backward(x, dy):
+    xt = torch.tensor(x, requires_grad=True)
+    F.gelu(xt, approximate="tanh").backward(torch.tensor(dy))
+    return xt.grad.numpy()
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"asks you not to use")
