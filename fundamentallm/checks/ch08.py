@@ -258,6 +258,9 @@ def check_chunked_bpe_encode(chunked_bpe_encode: Callable) -> str:
             raise CheckFailed(f"{what} ({text!r}): you encoded the whole text at once; split it with "
                               f"re.findall(pattern, text) and encode each chunk on its own, so that no "
                               f"merge crosses a chunk boundary")
+        if got != expected and any(ord(c) > 127 for c in text) and len(got) != len(expected):
+            raise CheckFailed(f"{what} ({text!r}): {len(got)} ids where there should be {len(expected)}; "
+                              f"what does byte-level BPE start from for a character outside ASCII?")
         _ch08_compare_ids(got, expected, f"ids of {what} ({text!r}); apply the earliest-learned merge "
                                          f"present first")
     return f"{len(cases)} texts, merges that cross chunk boundaries and merges that compete"
@@ -338,7 +341,28 @@ wrong_answer("check_chunked_bpe_encode", "edge", "encodes characters, not UTF-8 
 import re
 def chunked_bpe_encode(text, merges, pattern):
     return [i for chunk in re.findall(pattern, text) for i in _encode_ids([ord(c) for c in chunk], merges)]
-""", call="chunked_bpe_encode", message=r"ids of text with unicode")
+""", call="chunked_bpe_encode", message=r"text with unicode.*outside ASCII")
+wrong_answer("check_chunked_bpe_encode", "mistake", "the statement's buggy encoder unchanged (code points, latest merge first)", """
+import re
+def chunked_bpe_encode(text, merges, pattern):
+    out = []
+    for chunk in re.findall(pattern, text):
+        ids = [ord(c) for c in chunk]
+        while len(ids) >= 2:
+            present = [p for p in zip(ids, ids[1:]) if p in merges]
+            if not present:
+                break
+            pair = max(present, key=merges.get)
+            merged, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    merged.append(merges[pair]); i += 2
+                else:
+                    merged.append(ids[i]); i += 1
+            ids = merged
+        out.extend(ids)
+    return out
+""", call="chunked_bpe_encode", message=r"outside ASCII")
 wrong_answer("check_chunked_bpe_encode", "method", "the package's ByteBPETokenizer, which the exercise forbids", """
 from fundamentallm.tokenizers import ByteBPETokenizer as Tok
 def chunked_bpe_encode(text, merges, pattern):
