@@ -1,65 +1,30 @@
-"""The chapter 9 exercise checks, as a table: each wrong answer and the message it must get.
-(Every book solution passes and every answer stub counts as not attempted: tests/test_course.py.)"""
+"""Chapter 9 checks beyond their wrong-answer tables (those live next to the checks, in
+fundamentallm/checks/ch09.py, and run in tests/test_catches.py; every book solution passes and
+every answer stub counts as not attempted: tests/test_course.py)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 from book_solutions import book_solution
-from check_tables import wrong_call_tests
 
 from fundamentallm import checks
 from fundamentallm.checks import CheckFailed
+from fundamentallm.checks.ch09 import _ch09_smoothing_floor
 from fundamentallm.training import TrainConfig, lr_at
 
 wsd_lr = book_solution("ch09-ex3", "wsd_lr")
 fit_power_law = book_solution("ch09-ex5", "fit_power_law")
-
-
-def _naive_ce(logits, targets, ignore_index=-100):
-    keep = targets != ignore_index
-    p = torch.exp(logits[keep]) / torch.exp(logits[keep]).sum(-1, keepdim=True)
-    return -torch.log(p.gather(-1, targets[keep][:, None])).mean()
-
-
-def _smoothing_over_others(logits, targets, smoothing):
-    """Spreads the smoothing mass over the V - 1 wrong classes only."""
-    V = logits.shape[-1]
-    q = torch.full_like(logits, smoothing / (V - 1)).scatter(-1, targets[:, None], 1 - smoothing)
-    return -(q * torch.log_softmax(logits, -1)).sum(-1).mean()
+cross_entropy_grad = book_solution("ch09-ex1", "cross_entropy_grad")
+smoothed_loss_floor = book_solution("ch09-ex2", "smoothed_loss_floor")
 
 
 def wsd_package(step, max_lr, min_lr, warmup_steps, max_steps, cooldown_steps):
-    """The package's schedule: the exercise forbids it."""
     return lr_at(step, TrainConfig(lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps, max_steps=max_steps,
                                    schedule="wsd", cooldown_fraction=cooldown_steps / max_steps))
-
-
-ROWS = [
-    ("check_cross_entropy", (_naive_ce,), r"not finite|nan|inf"),
-    ("check_cross_entropy", (lambda z, y, ignore_index=-100: F.nll_loss(torch.log_softmax(z, -1), y),),
-     r"asks you not to use .*log_softmax"),
-    ("check_label_smoothed_cross_entropy", (_smoothing_over_others,), r"differ|expected"),
-    ("check_label_smoothed_cross_entropy", (lambda z, y, eps: (1 - eps) * F.nll_loss(
-        torch.log_softmax(z, -1), y),), r"differ|expected"),
-    ("check_wsd_lr", (lambda step, M, m, w, T, c: wsd_lr(step + 1, M, m, w, T, c),),
-     r"at step 0 \(warmup\) expected"),
-    ("check_wsd_lr", (lambda step, M, m, w, T, c: wsd_lr(step, M, 0.0, w, T, c),),
-     r"\(the cooldown\) expected"),
-    ("check_wsd_lr", (lambda step, M, m, w, T, c: wsd_lr(step, M, m, w, T, c) if step < T else M,),
-     r"\(after max_steps\) expected"),
-    ("check_wsd_lr", (lambda step, M, m, w, T, c: wsd_lr(step, M, m, w, T, max(c, 1)),),
-     r"cooldown_steps=0: at step \d+ \(the stable phase\)"),
-    ("check_wsd_lr", (wsd_package,), r"asks you not to use .*lr_at"),
-    ("check_adam_first_step", ([1e-3, 1e-3, 1e-3],), r"sign is wrong"),
-    ("check_adam_first_step", ([-1.0, -1e-9, -1e-12],), r"does not scale with the gradient"),
-    ("check_adam_first_step", ([-1e-3, -1e-3, -1e-3],), r"gradient 1e-09: .*eps"),
-    ("check_adam_first_step", ([-1e-3, -1e-3],), r"a list of 3 numbers"),
-    ("check_fit_power_law", (lambda sizes, losses: (1.0, 0.0),), r"alpha|a "),
-]
-
-test_wrong_answers_get_their_message = wrong_call_tests(ROWS)
 
 
 def test_package_schedule_equals_the_book_solution():
@@ -72,3 +37,27 @@ def test_fit_power_law_recovers_an_exact_law():
     assert abs(a - 5.0) < 1e-9 and abs(alpha - 0.3) < 1e-12
     with pytest.raises(CheckFailed):
         checks.check_fit_power_law(lambda sizes, losses: (1.0, 0.0))
+
+
+def test_cross_entropy_grad_is_autograds():
+    g = torch.Generator().manual_seed(0)
+    z, y = torch.randn(7, 5, generator=g, dtype=torch.float64), torch.tensor([0, 4, -100, 2, 2, -100, 1])
+    leaf = z.clone().requires_grad_(True)
+    F.cross_entropy(leaf, y).backward()
+    torch.testing.assert_close(cross_entropy_grad(z, y), leaf.grad)
+
+
+@pytest.mark.parametrize("V,eps", [(2, 0.1), (65, 0.1), (10, 0.0), (10, 1.0)])
+def test_smoothing_floor_is_the_minimum_of_the_smoothed_loss(V, eps):
+    """The reference floor equals F.cross_entropy(label_smoothing=eps) at the logits log q, and
+    nearby logits give more."""
+    q = torch.full((1, V), eps / V, dtype=torch.float64)
+    q[0, 0] += 1 - eps
+    logits = q.clamp_min(1e-300).log()
+    at_q = F.cross_entropy(logits, torch.tensor([0]), label_smoothing=eps).item()
+    assert math.isclose(at_q, _ch09_smoothing_floor(V, eps), rel_tol=1e-9, abs_tol=1e-12)
+    assert math.isclose(smoothed_loss_floor(V, eps), at_q, rel_tol=1e-9, abs_tol=1e-12)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        nearby = logits + 0.1 * torch.randn(1, V, generator=g, dtype=torch.float64)
+        assert F.cross_entropy(nearby, torch.tensor([0]), label_smoothing=eps).item() >= at_q - 1e-12

@@ -14,26 +14,59 @@ def _ch07_rng(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(700 + seed)
 
 
-@exercise_check(forbidden=("torch.nn.functional.gelu", "fundamentallm.feedforward.FeedForward.forward"))
-def check_feed_forward(feed_forward: Callable) -> str:
-    """``feed_forward(x, w_up, b_up, w_down, b_down)`` = ``down(gelu_tanh(up(x)))`` with
-    ``nn.Linear`` layouts, compared with ``F.linear`` + ``F.gelu(approximate="tanh")``."""
-    act = torch.nn.functional.gelu
-    cases = [((2, 3, 8), 32), ((5, 4), 16), ((1, 1, 6), 6), ((2, 7, 4), 12)]
-    for seed, (shape, d_ff) in enumerate(cases):
+_CH07_GRAD_NAMES = ("x", "w_up", "b_up", "w_down", "b_down")
+
+
+def _ch07_ffn_grads(x, w_up, b_up, w_down, b_down, grad_out) -> dict:
+    """The reference: autograd through F.linear + F.gelu(approximate="tanh")."""
+    leaves = [t.clone().requires_grad_(True) for t in (x, w_up, b_up, w_down, b_down)]
+    F = torch.nn.functional
+    out = F.linear(F.gelu(F.linear(leaves[0], leaves[1], leaves[2]), approximate="tanh"), leaves[3], leaves[4])
+    grads = torch.autograd.grad(out, leaves, grad_out)
+    return dict(zip(_CH07_GRAD_NAMES, grads))
+
+
+@exercise_check(forbidden=("torch.autograd.backward", "torch.autograd.grad", "torch.func",
+                           "torch.nn.functional.gelu", "fundamentallm.feedforward.FeedForward.forward"))
+def check_feed_forward_backward(feed_forward_backward: Callable) -> str:
+    """``feed_forward_backward(x, w_up, b_up, w_down, b_down, grad_out)`` -> ``{"x", "w_up", "b_up",
+    "w_down", "b_down"}``: the gradients of ``sum(grad_out * ffn(x))`` for GPT-2's FFN (tanh GELU,
+    ``nn.Linear`` layouts, ``x`` of shape ``(N, d_model)``), by hand; compared with autograd."""
+    cases = [(5, 8, 32), (1, 4, 16), (7, 6, 6), (3, 5, 12)]
+    for seed, (n, d_model, d_ff) in enumerate(cases):
         g = _ch07_rng(seed)
-        d_model = shape[-1]
-        x = torch.randn(shape, generator=g, dtype=torch.float64) * 2.0  # wide range: tails matter
+        x = torch.randn(n, d_model, generator=g, dtype=torch.float64) * 2.0  # tails of the GELU matter
         w_up = torch.randn(d_ff, d_model, generator=g, dtype=torch.float64)
         b_up = torch.randn(d_ff, generator=g, dtype=torch.float64)
         w_down = torch.randn(d_model, d_ff, generator=g, dtype=torch.float64) / d_ff ** 0.5
         b_down = torch.randn(d_model, generator=g, dtype=torch.float64)
-        expected = torch.nn.functional.linear(
-            act(torch.nn.functional.linear(x, w_up, b_up), approximate="tanh"), w_down, b_down)
-        got = feed_forward(x.clone(), w_up.clone(), b_up.clone(), w_down.clone(), b_down.clone())
-        check_shape(got, tuple(expected.shape), what=f"output for x of shape {shape}, d_ff={d_ff}")
-        assert_same(got, expected, what=f"output for x of shape {shape}, d_ff={d_ff}")
-    return f"{len(cases)} cases equal F.linear + F.gelu(approximate='tanh')"
+        grad_out = torch.randn(n, d_model, generator=g, dtype=torch.float64)
+        expected = _ch07_ffn_grads(x, w_up, b_up, w_down, b_down, grad_out)
+        got = feed_forward_backward(x.clone(), w_up.clone(), b_up.clone(), w_down.clone(), b_down.clone(),
+                                    grad_out.clone())
+        what = f"x of shape {(n, d_model)}, d_ff={d_ff}"
+        if not isinstance(got, dict) or set(got) != set(_CH07_GRAD_NAMES):
+            raise CheckFailed(f"{what}: return a dict with the keys {list(_CH07_GRAD_NAMES)}")
+        for name in ("b_down", "w_down", "b_up", "w_up", "x"):  # in the order backprop reaches them
+            t = torch.as_tensor(got[name])
+            check_shape(t, tuple(expected[name].shape), what=f"gradient of {name} for {what}")
+            t = t.to(torch.float64)
+            if not torch.isfinite(t).all():
+                raise CheckFailed(f"gradient of {name} for {what}: not finite")
+            e = expected[name]
+            if torch.allclose(t, e, atol=1e-8, rtol=1e-6):
+                continue
+            if name in ("w_up", "w_down") and t.shape == e.shape and torch.allclose(t.T.reshape(e.shape), e):
+                why = "transposed: nn.Linear stores (out, in)"
+            elif name in ("b_up", "w_up", "x"):
+                why = ("the gradient reaching the hidden layer goes through the GELU: multiply by its "
+                       "derivative, and differentiate both factors of x * (1 + tanh(u(x))) / 2")
+            elif name == "b_down":
+                why = "a bias is added to every row: its gradient sums over the rows"
+            else:
+                why = "the gradient of a weight is an outer product summed over the rows"
+            raise CheckFailed(f"gradient of {name} for {what} is wrong ({why})")
+    return f"all five gradients equal autograd's on {len(cases)} shapes"
 
 
 # GPT-2 small with tied embeddings, as reported for the published checkpoint.
@@ -159,22 +192,22 @@ def check_resource_accounting(resource_accounting: Callable) -> str:
                      (flops - head, "the output layer still multiplies (2 B T C V FLOPs) even though "
                                     "its weight is tied to the embedding"),
                      (flops // 2, "a multiply-add counts as 2 FLOPs"),
-                     (2 * P * B * T, "2 x parameters x tokens is the usual estimate, not the count: the "
-                                     "embedding tables are looked up, not multiplied, norms and biases "
-                                     "are not matrix products, and attention's T^2 products have no "
-                                     "parameters")]
+                     (2 * P * B * T, "2 x parameters x tokens is the usual estimate, not the count: which "
+                                     "parameters take part in no matrix product, and which products "
+                                     "have no parameters?")]
             why = next((h for v, h in hints if f == v), "count the matrix products layer by layer")
             raise CheckFailed(f"{what}: forward_flops = {f:,}, measured {flops:,}: {why}")
         b = int(got["training_bytes"])
         if b != nbytes:
-            why = {4 * P: "parameters alone; training also keeps a gradient and AdamW's two moments per parameter",
-                   8 * P: "AdamW keeps two moment buffers (exp_avg, exp_avg_sq), not one",
-                   12 * P: "add the gradients: one float per parameter"}.get(b, "4 bytes per float32 number")
+            why = {4 * P: "what else does training keep per parameter, besides the parameter?",
+                   8 * P: "how many moment buffers does AdamW keep per parameter?",
+                   12 * P: "one float32 number per parameter is missing: list what backward writes and what AdamW keeps"}.get(
+                b, "count the float32 tensors per parameter after one AdamW step, 4 bytes each")
             raise CheckFailed(f"{what}: training_bytes = {b:,}, measured {nbytes:,}: {why}")
     return f"FLOPs and training memory of {len(cases)} models equal the measured ones"
 
 
-@exercise_check(may_return_none=True)
+@exercise_check(may_return_none=True, self_check=True)
 def check_swiglu_ablation_prediction(lower_error) -> str:
     """``lower_error``: which FFN, at (almost) equal parameters, reaches the lower training error on
     the chapter's memorisation task: ``"gelu"``, ``"swiglu"`` or ``"same"`` (within the noise)."""
@@ -220,22 +253,220 @@ def check_parallel_block(parallel_block: Callable) -> str:
     return f"{len(cases)} parallel blocks: both sublayers read the same normalized input"
 
 
+_CH07_LEAK_KEYS = ((1, 1), (1, 3), (2, 1), (2, 3))
+
+
 @exercise_check(may_return_none=True)
 def check_leak_reach_prediction(leak_reach) -> str:
-    """``leak_reach``: with the mask ``tril(1)`` (each query also sees the next key), how many
-    positions back a change of one token can reach after one attention layer and after three."""
+    """``leak_reach``: a dict ``{(k, layers): distance}`` for the masks ``tril(k)``, k = 1, 2 (each query
+    also sees the next k keys), after 1 and after 3 attention layers with residuals: the largest
+    distance ``t - s`` at which changing token ``t`` changes the output at an earlier position ``s``."""
     from .predict import answer_given
 
-    answer = answer_given(leak_reach, "leak_reach", 'a dict {"one_layer": int, "three_layers": int}')
-    if not isinstance(answer, dict) or set(answer) != {"one_layer", "three_layers"}:
-        raise CheckFailed('leak_reach needs exactly the keys ["one_layer", "three_layers"]')
-    for key in ("one_layer", "three_layers"):
+    answer = answer_given(leak_reach, "leak_reach", "a dict {(k, layers): int} for k in (1, 2), layers in (1, 3)")
+    if not isinstance(answer, dict) or set(answer) != set(_CH07_LEAK_KEYS):
+        raise CheckFailed(f"leak_reach needs exactly the keys {list(_CH07_LEAK_KEYS)}: (k of tril(k), layers)")
+    for key in _CH07_LEAK_KEYS:
         if isinstance(answer[key], bool) or not isinstance(answer[key], int):
-            raise CheckFailed(f"leak_reach[{key!r}] should be an int, got {answer[key]!r}")
-    if answer["one_layer"] != 1:
-        raise CheckFailed("one_layer: query s reads keys up to s + 1, so a change at position t reaches "
-                          "the outputs at t and t - 1: one position back")
-    if answer["three_layers"] != 3:
-        raise CheckFailed("three_layers: each layer's output at s already holds information from s + 1, and "
-                          "the next layer reads it one position further back: the leaks add up")
-    return "one position per layer: a leak compounds with depth"
+            raise CheckFailed(f"leak_reach[{key}] should be an int, got {answer[key]!r}")
+    one = [key for key in _CH07_LEAK_KEYS if key[1] == 1 and answer[key] != key[0]]
+    if one:
+        raise CheckFailed(f"one layer, {len(one)} of 2 wrong: with tril(k), which keys can query s read? A "
+                          f"change at t reaches every query that reads key t")
+    deep = [key for key in _CH07_LEAK_KEYS if key[1] == 3 and answer[key] != key[0] * 3]
+    if deep:
+        raise CheckFailed(f"three layers, {len(deep)} of 2 wrong: the output of a layer at position s carries "
+                          f"what it read; what can the next layer's queries read of it?")
+    return "k positions per layer: a leak compounds with depth"
+
+
+# --- What each check catches (checks/wrong.py; python -m fundamentallm.course catches --chapter 07) ---
+
+from .wrong import wrong_answer  # noqa: E402
+
+_CH07_FFN_BACKWARD = '''
+def _parts(x, w_up, b_up, w_down, b_down, grad_out):
+    c = math.sqrt(2.0 / math.pi)
+    h = x @ w_up.T + b_up
+    u = c * (h + 0.044715 * h ** 3)
+    t = torch.tanh(u)
+    a = 0.5 * h * (1.0 + t)
+    dgelu = 0.5 * (1.0 + t) + 0.5 * h * (1.0 - t ** 2) * c * (1.0 + 3 * 0.044715 * h ** 2)
+    return h, a, dgelu
+'''
+wrong_answer("check_feed_forward_backward", "mistake", "the GELU's derivative without the tanh's own derivative",
+             _CH07_FFN_BACKWARD + """
+def feed_forward_backward(x, w_up, b_up, w_down, b_down, grad_out):
+    h, a, _ = _parts(x, w_up, b_up, w_down, b_down, grad_out)
+    dh = (grad_out @ w_down) * 0.5 * (1.0 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+    return {"x": dh @ w_up, "w_up": dh.T @ x, "b_up": dh.sum(0), "w_down": grad_out.T @ a, "b_down": grad_out.sum(0)}
+""", call="feed_forward_backward", message=r"gradient of b_up .*derivative")
+wrong_answer("check_feed_forward_backward", "mistake", "weight gradients in (in, out) layout", _CH07_FFN_BACKWARD + """
+def feed_forward_backward(x, w_up, b_up, w_down, b_down, grad_out):
+    h, a, dgelu = _parts(x, w_up, b_up, w_down, b_down, grad_out)
+    dh = (grad_out @ w_down) * dgelu
+    return {"x": dh @ w_up, "w_up": x.T @ dh, "b_up": dh.sum(0), "w_down": a.T @ grad_out, "b_down": grad_out.sum(0)}
+""", call="feed_forward_backward", message=r"expected shape|transposed")
+wrong_answer("check_feed_forward_backward", "mistake", "the bias gradients averaged over the rows", _CH07_FFN_BACKWARD + """
+def feed_forward_backward(x, w_up, b_up, w_down, b_down, grad_out):
+    h, a, dgelu = _parts(x, w_up, b_up, w_down, b_down, grad_out)
+    dh = (grad_out @ w_down) * dgelu
+    return {"x": dh @ w_up, "w_up": dh.T @ x, "b_up": dh.mean(0), "w_down": grad_out.T @ a, "b_down": grad_out.mean(0)}
+""", call="feed_forward_backward", message=r"gradient of b_down .*sums over the rows")
+wrong_answer("check_feed_forward_backward", "edge", "the exact (erf) GELU's derivative instead of the tanh form's", """
+def feed_forward_backward(x, w_up, b_up, w_down, b_down, grad_out):
+    h = x @ w_up.T + b_up
+    cdf = 0.5 * (1 + torch.erf(h / math.sqrt(2)))
+    a = h * cdf
+    dh = (grad_out @ w_down) * (cdf + h * torch.exp(-h ** 2 / 2) / math.sqrt(2 * math.pi))
+    return {"x": dh @ w_up, "w_up": dh.T @ x, "b_up": dh.sum(0), "w_down": grad_out.T @ a, "b_down": grad_out.sum(0)}
+""", call="feed_forward_backward", message=r"is wrong")
+wrong_answer("check_feed_forward_backward", "method", "autograd through the forward pass", """
+def feed_forward_backward(x, w_up, b_up, w_down, b_down, grad_out):
+    leaves = [t.clone().requires_grad_(True) for t in (x, w_up, b_up, w_down, b_down)]
+    h = leaves[0] @ leaves[1].T + leaves[2]
+    a = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+    (a @ leaves[3].T + leaves[4]).backward(grad_out)
+    return dict(zip(["x", "w_up", "b_up", "w_down", "b_down"], [t.grad for t in leaves]))
+""", call="feed_forward_backward", message=r"not to use torch.autograd")
+
+_CH07_COUNT = '''
+def count_parameters(config, tied_head=True, positions=True, bias_norm=True):
+    V, d, L = config["vocab_size"], config["d_model"], config["num_layers"]
+    activation = config.get("activation", "gelu")
+    bias = config.get("bias", True)
+    d_ff = config.get("d_ff")
+    if d_ff is None:
+        d_ff = 8 * ((int(8 * d / 3) + 7) // 8) if activation == "swiglu" else 4 * d
+    layernorm = config.get("norm", "layernorm") == "layernorm"
+    norm = d + (d if layernorm and bias and bias_norm else 0)
+    attention = 4 * d * d + (4 * d if bias else 0)
+    matrices = 3 if activation == "swiglu" else 2
+    ffn = matrices * d * d_ff + (((matrices - 1) * d_ff + d) if bias else 0)
+    pos = config["max_seq_len"] * d if positions and config.get("pos_encoding", "learned") == "learned" else 0
+    head = 0 if (tied_head and config.get("tie_weights", True)) else V * d
+    return V * d + pos + L * (2 * norm + attention + ffn) + norm + head
+'''
+wrong_answer("check_count_parameters", "mistake", "counts the tied output matrix a second time", _CH07_COUNT + """
+def answer(config):
+    return count_parameters(config, tied_head=False)
+""", call="answer", message=r"expected .* parameters, got")
+wrong_answer("check_count_parameters", "mistake", "forgets the learned position table", _CH07_COUNT + """
+def answer(config):
+    return count_parameters(config, positions=False)
+""", call="answer", message=r"expected .* parameters, got")
+wrong_answer("check_count_parameters", "edge", "gives RMSNorm / bias=False LayerNorm a bias", _CH07_COUNT + """
+def answer(config):
+    c = dict(config)
+    return count_parameters({**c, "norm": "layernorm", "bias": True}) if c.get("norm") == "rmsnorm" else count_parameters(c)
+""", call="answer", message=r"expected .* parameters, got")
+wrong_answer("check_count_parameters", "edge", "GPT-2's formula for every configuration", """
+def answer(config):
+    d, f = config["d_model"], 4 * config["d_model"]
+    V, L = config["vocab_size"], config["num_layers"]
+    return V * d + config["max_seq_len"] * d + L * (4 * d + 4 * d * d + 4 * d + 2 * d * f + f + d) + 2 * d
+""", call="answer", message=r"expected .* parameters, got")
+wrong_answer("check_count_parameters", "method", "builds the package's model and counts", """
+from fundamentallm import Transformer as Model, TransformerConfig as Config
+def answer(config):
+    return Model(Config(**config)).num_parameters()
+""", call="answer", message=r"not to use fundamentallm.model.Transformer")
+
+wrong_answer("check_swiglu_matched_width", "mistake", "2/3 of d_ff, the match without biases", """
+def swiglu_matched_width(d_model, d_ff):
+    return max(1, round(2 * d_ff / 3))
+""", call="swiglu_matched_width", message=r"count the biases")
+wrong_answer("check_swiglu_matched_width", "edge", "rounds down instead of to the nearest width", """
+def swiglu_matched_width(d_model, d_ff):
+    return max(1, (2 * d_model * d_ff + d_ff) // (3 * d_model + 2))
+""", call="swiglu_matched_width", message=r"another width comes within")
+wrong_answer("check_swiglu_matched_width", "value", "the unrounded float width", """
+def swiglu_matched_width(d_model, d_ff):
+    return (2 * d_model * d_ff + d_ff) / (3 * d_model + 2)
+""", call="swiglu_matched_width", message=r"positive int")
+
+_CH07_ACCOUNTING = '''
+def accounting(config, P, B, T, attention=True, head=True, fma=2, floats=4):
+    C, L, V = config["d_model"], config["num_layers"], config["vocab_size"]
+    activation = config.get("activation", "gelu")
+    d_ff = config.get("d_ff") or (8 * ((int(8 * C / 3) + 7) // 8) if activation == "swiglu" else 4 * C)
+    m = 3 if activation == "swiglu" else 2
+    N = B * T
+    layer = fma * N * 3 * C * C + fma * N * C * C + fma * N * m * C * d_ff + (2 * fma * B * T * T * C if attention else 0)
+    return {"forward_flops": L * layer + (fma * N * C * V if head else 0), "training_bytes": floats * 4 * P}
+'''
+wrong_answer("check_resource_accounting", "mistake", "leaves out attention's Q K^T and weights @ V", _CH07_ACCOUNTING + """
+def answer(config, num_parameters, batch_size, seq_len):
+    return accounting(config, num_parameters, batch_size, seq_len, attention=False)
+""", call="answer", message=r"Q K\^T and weights @ V")
+wrong_answer("check_resource_accounting", "mistake", "drops the tied output layer (it is 'only the embedding')", _CH07_ACCOUNTING + """
+def answer(config, num_parameters, batch_size, seq_len):
+    return accounting(config, num_parameters, batch_size, seq_len, head=False)
+""", call="answer", message=r"output layer still multiplies")
+wrong_answer("check_resource_accounting", "mistake", "one FLOP per multiply-add", _CH07_ACCOUNTING + """
+def answer(config, num_parameters, batch_size, seq_len):
+    return accounting(config, num_parameters, batch_size, seq_len, fma=1)
+""", call="answer", message=r"multiply-add counts as 2")
+wrong_answer("check_resource_accounting", "mistake", "the rule of thumb 2 x parameters x tokens", _CH07_ACCOUNTING + """
+def answer(config, num_parameters, batch_size, seq_len):
+    r = accounting(config, num_parameters, batch_size, seq_len)
+    return {**r, "forward_flops": 2 * num_parameters * batch_size * seq_len}
+""", call="answer", message=r"usual estimate")
+wrong_answer("check_resource_accounting", "edge", "weights, gradients and one AdamW moment (12 bytes)", _CH07_ACCOUNTING + """
+def answer(config, num_parameters, batch_size, seq_len):
+    return accounting(config, num_parameters, batch_size, seq_len, floats=3)
+""", call="answer", message=r"is missing")
+wrong_answer("check_resource_accounting", "method", "measures with FlopCounterMode on a model it builds", """
+from torch.utils.flop_counter import FlopCounterMode as Counter
+from fundamentallm import Transformer, TransformerConfig
+def answer(config, num_parameters, batch_size, seq_len):
+    model = Transformer(TransformerConfig(**config, attn_impl="explicit"))
+    with Counter(display=False) as c, torch.no_grad():
+        model(torch.zeros(batch_size, seq_len, dtype=torch.long))
+    return {"forward_flops": c.get_total_flops(), "training_bytes": 16 * num_parameters}
+""", call="answer", message=r"not to use")
+
+wrong_answer("check_swiglu_ablation_prediction", "mistake", "the wider GELU layer stores more", """
+lower_error = "gelu"
+""", call="lower_error", message=r"richer function per parameter")
+wrong_answer("check_swiglu_ablation_prediction", "mistake", "equal parameters, equal error", """
+lower_error = "same"
+""", call="lower_error", message=r"not something a GELU unit can form")
+wrong_answer("check_swiglu_ablation_prediction", "value", "an activation that is not among the options", """
+lower_error = "relu"
+""", call="lower_error", message=r"choose one of")
+
+_CH07_WIRED = '''
+def sublayers(config, weights):
+    return fundamentallm.block_sublayers(config, weights).values()
+'''
+wrong_answer("check_parallel_block", "mistake", "the sequential pre-LN block", _CH07_WIRED + """
+def parallel_block(x, config, weights):
+    attn, ff, norm = sublayers(config, weights)
+    h = x + attn(norm(x))
+    return h + ff(norm(h))
+""", call="parallel_block", message=r"sequential pre-LN block")
+wrong_answer("check_parallel_block", "mistake", "no norm: the sublayers read the raw stream", _CH07_WIRED + """
+def parallel_block(x, config, weights):
+    attn, ff, norm = sublayers(config, weights)
+    return x + attn(x) + ff(x)
+""", call="parallel_block", message=r"elements differ")
+wrong_answer("check_parallel_block", "edge", "drops the residual stream x", _CH07_WIRED + """
+def parallel_block(x, config, weights):
+    attn, ff, norm = sublayers(config, weights)
+    n = norm(x)
+    return attn(n) + ff(n)
+""", call="parallel_block", message=r"elements differ")
+
+wrong_answer("check_leak_reach_prediction", "mistake", "the leak does not compound: k for any depth", """
+leak_reach = {(1, 1): 1, (1, 3): 1, (2, 1): 2, (2, 3): 2}
+""", call="leak_reach", message=r"three layers, 2 of 2 wrong")
+wrong_answer("check_leak_reach_prediction", "mistake", "one position per layer whatever k", """
+leak_reach = {(1, 1): 1, (1, 3): 3, (2, 1): 1, (2, 3): 3}
+""", call="leak_reach", message=r"one layer, 1 of 2 wrong")
+wrong_answer("check_leak_reach_prediction", "mistake", "the leak runs forward (no position before t changes)", """
+leak_reach = {(1, 1): 0, (1, 3): 0, (2, 1): 0, (2, 3): 0}
+""", call="leak_reach", message=r"which keys can query s read")
+wrong_answer("check_leak_reach_prediction", "value", "a float distance", """
+leak_reach = {(1, 1): 1.0, (1, 3): 3, (2, 1): 2, (2, 3): 6}
+""", call="leak_reach", message=r"should be an int")

@@ -59,32 +59,39 @@ def check_char_encode(char_encode: Callable) -> str:
     return f"correct on {len(cases)} texts, unknown characters included"
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.Tensor.unfold",))
 def check_make_windows(make_windows: Callable) -> str:
-    """``make_windows(ids, block_size)`` -> ``(x, y)``, each ``(N, block_size)`` with
-    ``N = len(ids) - block_size``: row ``i`` is ``ids[i:i+T]`` and its target ``ids[i+1:i+T+1]``."""
+    """``make_windows(ids, block_size, stride)`` -> ``(x, y)``, each ``(N, block_size)``: the windows
+    that start at ``0, stride, 2 stride, ...`` and still have a target, ``x`` row ``i`` =
+    ``ids[s:s+T]``, ``y`` row ``i`` = ``ids[s+1:s+T+1]`` with ``s = i * stride``."""
     g = torch.Generator().manual_seed(802)
+    n_random = int(torch.randint(60, 140, (1,), generator=g))
     cases = [
-        ("ids 0..9 with block_size=3", torch.arange(10), 3),
-        ("ids 0..9 with block_size=1", torch.arange(10), 1),
-        ("5 ids with block_size=4 (exactly one window)", torch.tensor([7, 3, 9, 1, 4]), 4),
-        ("100 random ids with block_size=8", torch.randint(50, (100,), generator=g), 8),
+        ("ids 0..9 with block_size=3, stride=1", torch.arange(10), 3, 1),
+        ("ids 0..9 with block_size=3, stride=3", torch.arange(10), 3, 3),
+        ("ids 0..10 with block_size=3, stride=3 (the last window ends on the last id)", torch.arange(11), 3, 3),
+        ("5 ids with block_size=4, stride=2 (exactly one window)", torch.tensor([7, 3, 9, 1, 4]), 4, 2),
+        ("ids 0..11 with block_size=2, stride=5", torch.arange(12), 2, 5),
+        (f"{n_random} random ids with block_size=8, stride=8", torch.randint(50, (n_random,), generator=g), 8, 8),
     ]
-    for name, ids, T in cases:
+    for name, ids, T, stride in cases:
         ids_copy = ids.clone()
-        res = make_windows(ids_copy, T)
+        res = make_windows(ids_copy, T, stride)
         if not torch.equal(ids_copy, ids):
             raise CheckFailed(f"for {name}: you modified ids in place")
         if not isinstance(res, (tuple, list)) or len(res) != 2:
             raise CheckFailed(f"for {name}: return a pair (x, y), got {type(res).__name__}")
-        windows = ids.unfold(0, T + 1, 1)  # (N, T + 1): every window of T + 1 consecutive ids
-        N = len(ids) - T
+        windows = ids.unfold(0, T + 1, stride)  # every window of T + 1 ids that fits, every stride
         x, y = (torch.as_tensor(t) for t in res)
-        check_shape(x, (N, T), what=f"x for {name} (N = len(ids) - block_size windows)")
-        check_shape(y, (N, T), what=f"y for {name}")
+        if x.shape[0] != windows.shape[0] and x.dim() == 2 and x.shape[1] == T:
+            fewer = x.shape[0] < windows.shape[0]
+            raise CheckFailed(f"for {name}: {x.shape[0]} windows, {'too few' if fewer else 'too many'} -- "
+                              f"which is the last start whose window still has a target for every position?")
+        check_shape(x, tuple(windows[:, :-1].shape), what=f"x for {name}")
+        check_shape(y, tuple(windows[:, 1:].shape), what=f"y for {name}")
         assert_same(x, windows[:, :-1], what=f"x for {name}")
-        assert_same(y, windows[:, 1:], what=f"y for {name} (x shifted left by one)")
-    return f"correct on {len(cases)} cases"
+        assert_same(y, windows[:, 1:], what=f"y for {name} (each x shifted left by one)")
+    return f"correct on {len(cases)} cases, strides that do and do not divide the stream"
 
 
 def _ch08_target_counts_reference(n: int, block_size: int) -> torch.Tensor:
@@ -105,9 +112,18 @@ def check_target_counts(target_counts: Callable, predicted_counts: Any) -> str:
     if len(predicted) != 10:
         raise CheckFailed(f"predicted_counts: expected 10 counts (one per token of the stream), got {len(predicted)}")
     if predicted != truth:
-        j = next(i for i, (a, b) in enumerate(zip(predicted, truth)) if a != b)
-        raise CheckFailed(f"predicted_counts: token {j} is a target of {truth[j]} windows, not "
-                          f"{predicted[j]}; list the windows i = 0..6 and their targets i + 1..i + 3")
+        as_inputs = [0] * 10
+        for i in range(10 - 3):
+            for j in range(i, i + 3):
+                as_inputs[j] += 1
+        if predicted == as_inputs:
+            why = "you counted where each token is an input; a target is the input shifted by one"
+        elif len(set(predicted)) == 1:
+            why = "not every token is in the same number of windows: look at both ends of the stream"
+        else:
+            why = "list the windows i = 0..6 and the positions of their targets, then count per token"
+        raise CheckFailed(f"predicted_counts: {sum(a != b for a, b in zip(predicted, truth))} of the 10 counts "
+                          f"are wrong -- {why}")
     cases = [(10, 3), (5, 4), (20, 1), (9, 8), (12, 5), (1000, 64), (300, 299)]
     for n, block_size in cases:
         got = target_counts(n, block_size)
@@ -122,22 +138,48 @@ def check_target_counts(target_counts: Callable, predicted_counts: Any) -> str:
 
 # --- BPE: predict the tokens; encode within chunks ------------------------------------------------
 
-def _ch08_train_bpe(text: str, num_merges: int) -> dict:
-    """Reference BPE training on the UTF-8 bytes: most frequent pair (overlaps counted), the
-    smallest pair among equals, left-to-right replacement; stops when no pair occurs twice."""
+_CH08_TIE_RULES = ("greatest bytes", "smallest ids", "first seen", "smallest bytes")
+
+
+def _ch08_train_bpe(text: str, num_merges: int, tie: str = "greatest bytes") -> dict:
+    """Reference BPE training on the UTF-8 bytes: most frequent pair (overlaps counted), left-to-right
+    replacement, stop when no pair occurs twice. Ties: the chapter's rule (and the package's default,
+    ``tie="lexicographic"``) takes the pair whose bytes are greatest, first token's bytes then the
+    second's; the other rules exist to recognise a prediction made with them."""
     ids, merges = list(text.encode("utf-8")), {}
+    vocab = {i: bytes([i]) for i in range(256)}
     for new_id in range(256, 256 + num_merges):
         counts: dict = {}
-        for pair in zip(ids, ids[1:]):
+        for pair in zip(ids, ids[1:]):  # insertion order = order first seen
             counts[pair] = counts.get(pair, 0) + 1
         if not counts:
             break
-        pair = min(counts, key=lambda p: (-counts[p], p))
+        if tie == "greatest bytes":
+            pair = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+        elif tie == "smallest ids":
+            pair = min(counts, key=lambda p: (-counts[p], p))
+        elif tie == "first seen":
+            pair = max(counts, key=counts.get)  # the first maximal one
+        elif tie == "smallest bytes":
+            pair = min(counts, key=lambda p: (-counts[p], vocab[p[0]], vocab[p[1]]))
+        else:
+            raise ValueError(f"tie={tie!r} must be one of {list(_CH08_TIE_RULES)}")
         if counts[pair] < 2:
             break
         merges[pair] = new_id
+        vocab[new_id] = vocab[pair[0]] + vocab[pair[1]]
         ids = _merge(ids, pair, new_id)
     return merges
+
+
+def _ch08_merge_strings(merges: dict) -> list:
+    """The merged tokens, as strings, in the order they were learned."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    out = []
+    for (a, b), new_id in merges.items():
+        vocab[new_id] = vocab[a] + vocab[b]
+        out.append(vocab[new_id].decode("utf-8", errors="replace"))
+    return out
 
 
 def _ch08_encode(data: bytes, merges: dict) -> list:
@@ -157,30 +199,35 @@ def _ch08_token_strings(ids: list, merges: dict) -> list:
     return [vocab[i].decode("utf-8", errors="replace") for i in ids]
 
 
-BPE_PREDICT_TEXT = "abcabcabd"
+BPE_PREDICT_TEXT = "ab.xy.ab.xy"
 
 
 @exercise_check
-def check_bpe_prediction(predicted_tokens: Any) -> str:
-    """``predicted_tokens``: the tokens (as strings) of ``"abcabcabd"`` after training byte-level BPE
-    on that text alone, with the chapter's rules (overlapping pairs counted, the smallest pair
-    among equals, stop when no pair occurs twice)."""
-    require_prediction(predicted_tokens, "predicted_tokens", "a list of strings")
-    if not isinstance(predicted_tokens, (list, tuple)) or not all(isinstance(t, str) for t in predicted_tokens):
-        raise CheckFailed(f"predicted_tokens must be a list of strings, got {str(predicted_tokens)[:60]}")
-    merges = _ch08_train_bpe(BPE_PREDICT_TEXT, 20)
-    truth = _ch08_token_strings(_ch08_encode(BPE_PREDICT_TEXT.encode(), merges), merges)
-    got = list(predicted_tokens)
-    if "".join(got) != BPE_PREDICT_TEXT:
-        raise CheckFailed(f"your tokens join to {''.join(got)!r}, not {BPE_PREDICT_TEXT!r}: BPE "
-                          f"loses nothing, so the tokens must spell the text")
-    if got != truth:
-        i = next((j for j, (a, b) in enumerate(zip(got, truth)) if a != b), min(len(got), len(truth)))
-        raise CheckFailed(f"token {i} differs from what training gives ({len(truth)} tokens in all, "
-                          f"you predicted {len(got)}); after the first merge, count the pairs again, "
-                          f"and remember the tie rule: the smallest pair of ids wins, and a new id is "
-                          f"larger than every byte")
-    return f"{len(merges)} merges, tokens {truth}"
+def check_bpe_prediction(predicted_merges: Any) -> str:
+    """``predicted_merges``: the tokens that byte-level BPE creates, as strings, in the order it learns
+    them, trained on ``"ab.xy.ab.xy"`` alone with the chapter's rules (overlapping pairs counted; among
+    equally frequent pairs the greatest bytes, as ``train_bpe`` and ``ByteBPETokenizer``; stop when no
+    pair occurs twice)."""
+    require_prediction(predicted_merges, "predicted_merges", "a list of strings")
+    if not isinstance(predicted_merges, (list, tuple)) or not all(isinstance(t, str) for t in predicted_merges):
+        raise CheckFailed(f"predicted_merges must be a list of strings, got {str(predicted_merges)[:60]}")
+    got = list(predicted_merges)
+    truth = _ch08_merge_strings(_ch08_train_bpe(BPE_PREDICT_TEXT, 20))
+    if got == truth:
+        return f"{len(truth)} merges in the chapter's order"
+    if any(t not in BPE_PREDICT_TEXT or len(t) < 2 for t in got):
+        raise CheckFailed("every merged token is two or more adjacent characters of the text, and a merge "
+                          "joins two tokens that already exist")
+    for rule in _CH08_TIE_RULES[1:]:
+        if got == _ch08_merge_strings(_ch08_train_bpe(BPE_PREDICT_TEXT, 20, tie=rule)):
+            raise CheckFailed(f"these are the merges of the tie rule '{rule}', not of the chapter's: reread "
+                              f"how train_bpe chooses among equally frequent pairs")
+    if len(got) != len(truth):
+        raise CheckFailed("training makes a different number of merges: after each merge, count the pairs of "
+                          "the new sequence again (overlaps count) and stop when no pair occurs twice")
+    raise CheckFailed("these are not the merges training makes, in its order: after each merge count the pairs "
+                      "of the new sequence again (overlaps count), and among equally frequent pairs apply the "
+                      "chapter's tie rule")
 
 
 _CH08_PATTERN = r"'(?:s|t|re|ve|m|ll|d)| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+"
@@ -211,6 +258,170 @@ def check_chunked_bpe_encode(chunked_bpe_encode: Callable) -> str:
             raise CheckFailed(f"{what} ({text!r}): you encoded the whole text at once; split it with "
                               f"re.findall(pattern, text) and encode each chunk on its own, so that no "
                               f"merge crosses a chunk boundary")
+        if got != expected and any(ord(c) > 127 for c in text) and len(got) != len(expected):
+            raise CheckFailed(f"{what} ({text!r}): {len(got)} ids where there should be {len(expected)}; "
+                              f"what does byte-level BPE start from for a character outside ASCII?")
         _ch08_compare_ids(got, expected, f"ids of {what} ({text!r}); apply the earliest-learned merge "
                                          f"present first")
     return f"{len(cases)} texts, merges that cross chunk boundaries and merges that compete"
+
+
+# --- What each check catches (checks/wrong.py; python -m fundamentallm.course catches --chapter 08) ---
+
+from .wrong import wrong_answer  # noqa: E402
+
+wrong_answer("check_char_encode", "mistake", "drops unknown characters instead of mapping them to unk_id", """
+def char_encode(text, stoi, unk_id):
+    return [stoi[c] for c in text if c in stoi]
+""", call="char_encode", message=r"expected \d+ ids, got \d+")
+wrong_answer("check_char_encode", "mistake", "a fixed unknown id (1) instead of the unk_id given", """
+def char_encode(text, stoi, unk_id):
+    return [stoi.get(c, 1) for c in text]
+""", call="char_encode", message=r"unk_id=99")
+wrong_answer("check_char_encode", "edge", "adds unseen characters to the vocabulary while encoding", """
+def char_encode(text, stoi, unk_id):
+    return [stoi.setdefault(c, len(stoi)) for c in text]
+""", call="char_encode", message=r"you changed stoi")
+
+wrong_answer("check_bpe_prediction", "mistake", "breaks ties by the smallest pair of ids (the rule the old solution taught)", """
+predicted_merges = [".x", "ab", ".xy", "ab.xy"]
+""", call="predicted_merges", message=r"tie rule 'smallest ids'.*reread")
+wrong_answer("check_bpe_prediction", "mistake", "breaks ties by the pair seen first (minbpe's rule)", """
+predicted_merges = ["ab", "ab.", "ab.x", "ab.xy"]
+""", call="predicted_merges", message=r"tie rule 'first seen'")
+wrong_answer("check_bpe_prediction", "mistake", "the greatest bytes, but pairs not recounted after a merge", """
+predicted_merges = ["xy", "b.", "ab", ".x"]
+""", call="predicted_merges", message=r"not the merges training makes")
+wrong_answer("check_bpe_prediction", "edge", "keeps merging pairs that occur once", """
+predicted_merges = ["xy", "b.", "b.xy", "ab.xy", "ab.xy."]
+""", call="predicted_merges", message=r"different number of merges")
+wrong_answer("check_bpe_prediction", "value", "the final tokens of the text, not the merges", """
+predicted_merges = "ab.xy . ab.xy"
+""", call="predicted_merges", message=r"must be a list of strings")
+
+_CH08_ENCODE_CHUNK = '''
+def _encode_ids(ids, merges):
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:]), key=lambda p: merges.get(p, float("inf")))
+        if pair not in merges:
+            break
+        out, i = [], 0
+        while i < len(ids):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                out.append(merges[pair]); i += 2
+            else:
+                out.append(ids[i]); i += 1
+        ids = out
+    return ids
+'''
+wrong_answer("check_chunked_bpe_encode", "mistake", "encodes the whole text at once (merges cross chunk boundaries)",
+             _CH08_ENCODE_CHUNK + """
+def chunked_bpe_encode(text, merges, pattern):
+    return _encode_ids(list(text.encode("utf-8")), merges)
+""", call="chunked_bpe_encode", message=r"encoded the whole text at once")
+wrong_answer("check_chunked_bpe_encode", "mistake", "applies the latest-learned merge present first", """
+import re
+def chunked_bpe_encode(text, merges, pattern):
+    out = []
+    for chunk in re.findall(pattern, text):
+        ids = list(chunk.encode("utf-8"))
+        while present := [p for p in zip(ids, ids[1:]) if p in merges]:
+            pair, merged, i = max(present, key=merges.get), [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    merged, i = merged + [merges[pair]], i + 2
+                else:
+                    merged, i = merged + [ids[i]], i + 1
+            ids = merged
+        out += ids
+    return out
+""", call="chunked_bpe_encode", message=r"first mismatch at position")
+wrong_answer("check_chunked_bpe_encode", "edge", "encodes characters, not UTF-8 bytes (wrong on non-ASCII text)",
+             _CH08_ENCODE_CHUNK + """
+import re
+def chunked_bpe_encode(text, merges, pattern):
+    return [i for chunk in re.findall(pattern, text) for i in _encode_ids([ord(c) for c in chunk], merges)]
+""", call="chunked_bpe_encode", message=r"text with unicode.*outside ASCII")
+wrong_answer("check_chunked_bpe_encode", "mistake", "the statement's buggy encoder unchanged (code points, latest merge first)", """
+import re
+def chunked_bpe_encode(text, merges, pattern):
+    out = []
+    for chunk in re.findall(pattern, text):
+        ids = [ord(c) for c in chunk]
+        while len(ids) >= 2:
+            present = [p for p in zip(ids, ids[1:]) if p in merges]
+            if not present:
+                break
+            pair = max(present, key=merges.get)
+            merged, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    merged.append(merges[pair]); i += 2
+                else:
+                    merged.append(ids[i]); i += 1
+            ids = merged
+        out.extend(ids)
+    return out
+""", call="chunked_bpe_encode", message=r"outside ASCII")
+wrong_answer("check_chunked_bpe_encode", "method", "the package's ByteBPETokenizer, which the exercise forbids", """
+from fundamentallm.tokenizers import ByteBPETokenizer as Tok
+def chunked_bpe_encode(text, merges, pattern):
+    return Tok(list(merges), pattern=pattern).encode(text)
+""", call="chunked_bpe_encode", message=r"not to use fundamentallm.tokenizers")
+
+wrong_answer("check_make_windows", "mistake", "ignores the stride (every start)", """
+def make_windows(ids, block_size, stride):
+    n = len(ids) - block_size
+    pos = torch.arange(n)[:, None] + torch.arange(block_size)[None, :]
+    return ids[pos], ids[pos + 1]
+""", call="make_windows", message=r"too many")
+wrong_answer("check_make_windows", "edge", "one window short when the last window ends on the last id", """
+def make_windows(ids, block_size, stride):
+    n = (len(ids) - block_size - 1) // stride
+    pos = (torch.arange(n) * stride)[:, None] + torch.arange(block_size)[None, :]
+    return ids[pos], ids[pos + 1]
+""", call="make_windows", message=r"too few")
+wrong_answer("check_make_windows", "mistake", "y is x (no shift)", """
+def make_windows(ids, block_size, stride):
+    n = (len(ids) - block_size - 1) // stride + 1
+    pos = (torch.arange(n) * stride)[:, None] + torch.arange(block_size)[None, :]
+    return ids[pos], ids[pos]
+""", call="make_windows", message=r"y for .*shifted")
+wrong_answer("check_make_windows", "method", "Tensor.unfold with the stride as its step (the chapter's built-in)", """
+def make_windows(ids, block_size, stride):
+    runs = ids.unfold(0, block_size + 1, stride)
+    return runs[:, :-1], runs[:, 1:]
+""", call="make_windows", message=r"not to use torch.Tensor.unfold")
+wrong_answer("check_make_windows", "value", "returns x alone", """
+def make_windows(ids, block_size, stride):
+    n = (len(ids) - block_size - 1) // stride + 1
+    pos = (torch.arange(n) * stride)[:, None] + torch.arange(block_size)[None, :]
+    return ids[pos]
+""", call="make_windows", message=r"return a pair \(x, y\)")
+
+_CH08_RIGHT_COUNTS = '''
+def target_counts(n, block_size):
+    j = torch.arange(n)
+    first = torch.clamp(j - block_size, min=0)
+    last = torch.clamp(j - 1, max=n - block_size - 1)
+    return (last - first + 1).clamp(min=0)
+'''
+wrong_answer("check_target_counts", "mistake", "predicts where each token is an input, not a target", _CH08_RIGHT_COUNTS + """
+predicted_counts = [1, 2, 3, 3, 3, 3, 3, 2, 1, 0]
+""", call="target_counts, predicted_counts", message=r"counted where each token is an input")
+wrong_answer("check_target_counts", "mistake", "predicts T for every token (forgets the ends)", _CH08_RIGHT_COUNTS + """
+predicted_counts = [3] * 10
+""", call="target_counts, predicted_counts", message=r"both ends of the stream")
+wrong_answer("check_target_counts", "edge", "right prediction, but the function counts inputs (off by one)", """
+def target_counts(n, block_size):
+    counts = torch.zeros(n, dtype=torch.long)
+    for i in range(n - block_size):
+        counts[i:i + block_size] += 1
+    return counts
+predicted_counts = [0, 1, 2, 3, 3, 3, 3, 3, 2, 1]
+""", call="target_counts, predicted_counts", message=r"target_counts\(10, 3\)")
+wrong_answer("check_target_counts", "edge", "a formula that forgets the stream's end (min(j, T))", """
+def target_counts(n, block_size):
+    return torch.clamp(torch.arange(n), max=block_size)
+predicted_counts = [0, 1, 2, 3, 3, 3, 3, 3, 2, 1]
+""", call="target_counts, predicted_counts", message=r"target_counts\(10, 3\)")

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .core import CheckFailed, assert_same, exercise_check
+from .core import CheckFailed, assert_same, check_shape, exercise_check
 from .predict import number, require_prediction
 
 
@@ -40,62 +40,118 @@ def _ch09_finite(got: Any, name: str) -> torch.Tensor:
     return got.reshape(())
 
 
-@exercise_check(forbidden=("torch.nn.functional.cross_entropy", "torch.logsumexp",
-                           "torch.log_softmax", "torch.nn.functional.nll_loss"))
-def check_cross_entropy(cross_entropy: Callable) -> str:
-    """``cross_entropy(logits, targets, ignore_index=-100)``: ``(N, V)`` logits and ``(N,)``
-    targets -> the mean of ``logsumexp(z) - z_y`` over the targets that are not ``ignore_index``."""
+_CH09_NO_AUTOGRAD = ("torch.autograd.backward", "torch.autograd.grad")
+
+
+@exercise_check(forbidden=_CH09_NO_AUTOGRAD + ("torch.nn.functional.cross_entropy", "torch.log_softmax",
+                                               "torch.softmax", "torch.logsumexp",
+                                               "torch.nn.functional.nll_loss"))
+def check_cross_entropy_grad(cross_entropy_grad: Callable) -> str:
+    """``cross_entropy_grad(logits, targets, ignore_index=-100)`` -> the ``(N, V)`` gradient of the
+    mean cross-entropy over the targets that are not ``ignore_index``, by the formula (no autograd);
+    compared with autograd through ``F.cross_entropy``."""
     cases = [(name, z, y, {}) for name, z, y in _ch09_logits_cases(900)]
     g = torch.Generator().manual_seed(901)
-    z, y = torch.randn(10, 6, generator=g), torch.randint(6, (10,), generator=g)
+    z, y = torch.randn(10, 6, generator=g, dtype=torch.float64), torch.randint(6, (10,), generator=g)
     y[[1, 4, 5]] = -100
     cases.append(("targets holding -100 (padding: left out of the mean)", z, y, {}))
     y2 = y.clone()
     y2[y2 == -100] = 0
-    y2[[0, 2]] = -1
+    y2[[0, 2, 7]] = -1
     cases.append(("ignore_index=-1", z, y2, {"ignore_index": -1}))
     for name, logits, targets, kwargs in cases:
         z_in, y_in = logits.clone(), targets.clone()
-        got = _ch09_finite(cross_entropy(z_in, y_in, **kwargs), name)
+        got = cross_entropy_grad(z_in, y_in, **kwargs)
         if not (torch.equal(z_in, logits) and torch.equal(y_in, targets)):
             raise CheckFailed(f"for {name}: you modified the inputs in place")
-        expected = torch.nn.functional.cross_entropy(logits, targets, **kwargs)
-        assert_same(got.to(expected.dtype), expected, what=f"loss for {name} (vs F.cross_entropy)")
-    return f"matches F.cross_entropy on {len(cases)} cases, huge logits and ignored targets included"
+        if got is None:
+            raise CheckFailed(f"for {name}: got None -- return the (N, V) gradient")
+        got = torch.as_tensor(got)
+        check_shape(got, tuple(logits.shape), what=f"gradient for {name}")
+        if not torch.isfinite(got).all():
+            raise CheckFailed(f"gradient for {name}: not finite -- the probabilities in it must be "
+                              f"computed stably (what can you subtract from every logit of a row?)")
+        leaf = logits.clone().requires_grad_(True)
+        torch.nn.functional.cross_entropy(leaf, targets, **kwargs).backward()
+        expected = leaf.grad
+        got = got.to(expected.dtype)
+        ignore = kwargs.get("ignore_index", -100)
+        keep = targets != ignore
+        tol = dict(atol=1e-6, rtol=1e-4)
+        if (~keep).any() and not torch.allclose(got[~keep], torch.zeros_like(got[~keep]), **tol):
+            raise CheckFailed(f"gradient for {name}: the rows of ignored targets are not zero -- does "
+                              f"an ignored position change the loss at all?")
+        n, m = len(targets), int(keep.sum())
+        if m < n and torch.allclose(got, expected * m / n, **tol):
+            raise CheckFailed(f"gradient for {name}: every row is off by the same factor -- what is "
+                              f"the mean taken over?")
+        if torch.allclose(got, -expected, **tol):
+            raise CheckFailed(f"gradient for {name}: the sign is reversed -- you return the direction "
+                              f"that lowers the loss, not the gradient")
+        if not torch.allclose(got.sum(-1), torch.zeros(n, dtype=got.dtype), atol=1e-5):
+            raise CheckFailed(f"gradient for {name}: its rows do not sum to zero -- differentiate both "
+                              f"terms of eq. (ch09-ce): what does -z_y contribute?")
+        assert_same(got, expected, what=f"gradient for {name} (vs autograd through F.cross_entropy)",
+                    atol=1e-6, rtol=1e-4)
+    return f"equal to autograd's gradient on {len(cases)} cases, huge logits and ignored targets included"
 
 
-@exercise_check(forbidden=("torch.nn.functional.cross_entropy",))
-def check_label_smoothed_cross_entropy(label_smoothed_cross_entropy: Callable) -> str:
-    """``label_smoothed_cross_entropy(logits, targets, smoothing)`` -> the mean cross-entropy against
-    the target ``(1 - smoothing)·one_hot(y) + smoothing / V`` (as ``F.cross_entropy``'s
-    ``label_smoothing``)."""
-    cases = []
-    for i, (name, z, y) in enumerate(_ch09_logits_cases(910)):
-        cases.append((name, z, y, (0.1, 0.0, 0.3, 0.1, 0.05)[i]))
-    g = torch.Generator().manual_seed(911)
-    cases.append(("V=2, smoothing=0.5", torch.randn(6, 2, generator=g),
-                  torch.randint(2, (6,), generator=g), 0.5))
-    for name, logits, targets, eps in cases:
-        z_in, y_in = logits.clone(), targets.clone()
-        got = _ch09_finite(label_smoothed_cross_entropy(z_in, y_in, eps), name)
-        if not (torch.equal(z_in, logits) and torch.equal(y_in, targets)):
-            raise CheckFailed(f"for {name}: you modified the inputs in place")
-        expected = torch.nn.functional.cross_entropy(logits, targets, label_smoothing=eps)
-        assert_same(got.to(expected.dtype), expected,
-                    what=f"loss for {name}, smoothing={eps} (vs F.cross_entropy(label_smoothing=...); "
-                         f"smoothing / V goes to every class, the true one included)")
-    return f"matches F.cross_entropy(label_smoothing=...) on {len(cases)} cases"
+def _ch09_smoothing_floor(V: int, eps: float) -> float:
+    """The entropy of q = (1 - eps) one_hot + eps / V: the minimum of eq. (ch09-smooth)."""
+    q = torch.full((V,), eps / V, dtype=torch.float64)
+    q[0] += 1 - eps
+    return float(-torch.special.xlogy(q, q).sum())
 
 
-@exercise_check
+@exercise_check(forbidden=_CH09_NO_AUTOGRAD + ("torch.optim",))
+def check_smoothed_loss_floor(smoothed_loss_floor: Callable) -> str:
+    """``smoothed_loss_floor(V, eps)`` -> the smallest value of the label-smoothed loss of one
+    position over all logits (the entropy of the smoothed target), derived, not minimised."""
+    g = torch.Generator().manual_seed(920)
+    cases = [(2, 0.1), (10, 0.0), (10, 1.0), (65, 0.1), (2, 0.5)]
+    cases += [(int(torch.randint(3, 300, (1,), generator=g)), float(torch.rand(1, generator=g)) * 0.4 + 0.01)
+              for _ in range(4)]
+    for V, eps in cases:
+        got = smoothed_loss_floor(V, eps)
+        what = f"smoothed_loss_floor(V={V}, eps={eps:.4g})"
+        if isinstance(got, torch.Tensor):
+            got = got.item()
+        if got is None or isinstance(got, bool) or not isinstance(got, (int, float, np.floating)):
+            raise CheckFailed(f"{what}: return a float, got {got!r}")
+        got = float(got)
+        if not math.isfinite(got):
+            raise CheckFailed(f"{what} = {got}: not finite -- what is the limit of x log x as x -> 0?")
+        expected = _ch09_smoothing_floor(V, eps)
+        if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9):
+            continue
+        spread = torch.full((V,), eps / max(V - 1, 1), dtype=torch.float64)
+        spread[0] = 1 - eps
+        other_rule = float(-torch.special.xlogy(spread, spread).sum())
+        if eps > 0 and abs(got) < 1e-9:
+            why = ("the smoothed target is not one-hot, so no p makes the loss zero: which p minimises "
+                   "-sum_k q_k log p_k, and what is its value there?")
+        elif math.isclose(got, other_rule, rel_tol=1e-6):
+            why = "where does eq. (ch09-smooth) put the smoothing mass? Every one of the V classes gets eps / V"
+        else:
+            why = ("write the loss as a cross-entropy between q and p; it is smallest where p = q, and all "
+                   "V classes contribute to what is left")
+        raise CheckFailed(f"{what} = {got:.6g}, not the minimum of the smoothed loss: {why}")
+    return f"the floor on {len(cases)} (V, eps), eps = 0 and eps = 1 included: the entropy of the smoothed target"
+
+
+@exercise_check(forbidden=("numpy.polyfit", "numpy.polynomial.polynomial.polyfit", "numpy.polynomial.Polynomial.fit",
+                           "numpy.linalg.lstsq", "numpy.linalg.pinv", "torch.linalg.lstsq", "torch.linalg.pinv"))
 def check_fit_power_law(fit_power_law: Callable) -> str:
     """``fit_power_law(sizes, losses)`` -> ``(a, alpha)`` of ``loss ~ a * size ** -alpha``, fitted by
-    least squares on ``log loss = log a - alpha log size`` (a straight line in log-log axes)."""
-    rng = np.random.default_rng(900)
-    cases = [("an exact power law", np.array([1e3, 1e4, 1e5, 1e6]), None, (20.0, 0.076)),
+    least squares on ``log loss = log a - alpha log size`` (a straight line in log-log axes), with the
+    line written by hand (no fitting routine); compared with ``np.polyfit``."""
+    g = torch.Generator().manual_seed(900)
+    a0, alpha0 = 5.0 + 20.0 * float(torch.rand(1, generator=g)), 0.05 + 0.4 * float(torch.rand(1, generator=g))
+    cases = [("an exact power law", np.array([1e3, 1e4, 1e5, 1e6]), None, (a0, alpha0)),
              ("an exact power law, floats in a list", [2e4, 5e4, 1.5e5], None, (8.0, 0.3))]
     sizes = np.array([3e3, 8e3, 2.4e4, 7e4, 2e5])
-    noisy = 12.0 * sizes ** -0.12 * np.exp(rng.normal(0.0, 0.02, len(sizes)))
+    noise = torch.randn(len(sizes), generator=g, dtype=torch.float64).numpy() * 0.02
+    noisy = 12.0 * sizes ** -0.12 * np.exp(noise)
     cases.append(("noisy losses (least squares in log-log axes)", sizes, noisy, None))
     for what, n, losses, exact in cases:
         n_arr = np.asarray(n, dtype=np.float64)
@@ -105,16 +161,21 @@ def check_fit_power_law(fit_power_law: Callable) -> str:
         expected = (float(np.exp(intercept)), float(-slope))
         got = fit_power_law(n if isinstance(n, list) else torch.as_tensor(n_arr),
                             [float(v) for v in losses] if isinstance(n, list) else torch.as_tensor(losses))
-        if got is None or len(got) != 2:
+        if got is None or not isinstance(got, (tuple, list)) or len(got) != 2:
             raise CheckFailed(f"{what}: return the pair (a, alpha), got {got!r}")
         a, alpha = float(got[0]), float(got[1])
+        if not (math.isfinite(a) and math.isfinite(alpha)):
+            raise CheckFailed(f"{what}: (a, alpha) = ({a}, {alpha}) is not finite")
+        if math.isclose(alpha, -expected[1], rel_tol=1e-6):
+            raise CheckFailed(f"{what}: alpha has the wrong sign -- the law is a * N ** -alpha, and the "
+                              f"loss falls as N grows")
         if not np.isclose(alpha, expected[1], rtol=1e-6, atol=1e-9):
-            raise CheckFailed(f"{what}: alpha expected {expected[1]:.6g}, got {alpha:.6g} "
-                              f"(alpha is minus the slope of log loss against log size)")
+            raise CheckFailed(f"{what}: alpha = {alpha:.6g} is not the least-squares exponent "
+                              f"(fit a straight line to log loss against log size, both natural logs)")
         if not np.isclose(a, expected[0], rtol=1e-6):
-            raise CheckFailed(f"{what}: a expected {expected[0]:.6g}, got {a:.6g} "
-                              f"(a = exp(intercept), natural logarithms)")
-    return f"{len(cases)} cases, exact and noisy, equal to np.polyfit in log-log axes"
+            raise CheckFailed(f"{what}: alpha is right, a = {a:.6g} is not: the intercept of the line is "
+                              f"log a, in natural logarithms")
+    return f"{len(cases)} cases, exact and noisy, equal to the least-squares line in log-log axes"
 
 
 def _ch09_wsd_reference(step, max_lr, min_lr, warmup_steps, max_steps, cooldown_steps):
@@ -174,9 +235,219 @@ def check_adam_first_step(predicted_changes: Any) -> str:
                               f"decrease, so the change is negative")
         if not math.isclose(p, t, rel_tol=0.02):
             ratio = p / t
-            hint = ("the step does not scale with the gradient: after bias correction the first "
-                    "m-hat is g and v-hat is g**2" if abs(math.log10(abs(ratio))) > 1.5 else
-                    "where does eps = 1e-8 matter?")
+            hint = ("the step does not scale with the gradient the way you assumed: what are m-hat and "
+                    "v-hat after one step?" if abs(math.log10(abs(ratio))) > 1.5 else
+                    "where does eps = 1e-8 matter?" if abs(g) < 1e-7 else
+                    "eps is negligible here: rethink the bias correction of m and v at t = 1")
             raise CheckFailed(f"gradient {g:g}: predicted change {p:.4g} is off by a factor {ratio:.3g} "
                               f"({hint})")
     return "changes " + ", ".join(f"{t:.3g}" for t in truth) + ": about lr·sign(g) until |g| nears eps"
+
+
+# --- What each check catches (checks/wrong.py; python -m fundamentallm.course catches --chapter 09) ---
+
+from .wrong import wrong_answer  # noqa: E402
+
+wrong_answer("check_cross_entropy_grad", "mistake", "the mean over all N rows, ignored ones included", """
+def cross_entropy_grad(logits, targets, ignore_index=-100):
+    keep = targets != ignore_index
+    e = torch.exp(logits - logits.amax(-1, keepdim=True))
+    g = e / e.sum(-1, keepdim=True)
+    g[torch.arange(len(targets))[keep], targets[keep]] -= 1
+    g[~keep] = 0
+    return g / len(targets)
+""", call="cross_entropy_grad", message=r"what is the mean taken over")
+wrong_answer("check_cross_entropy_grad", "mistake", "softmax only: forgets what -z_y contributes", """
+def cross_entropy_grad(logits, targets, ignore_index=-100):
+    keep = targets != ignore_index
+    e = torch.exp(logits - logits.amax(-1, keepdim=True))
+    g = e / e.sum(-1, keepdim=True)
+    g[~keep] = 0
+    return g / keep.sum()
+""", call="cross_entropy_grad", message=r"rows do not sum to zero")
+wrong_answer("check_cross_entropy_grad", "mistake", "the negative gradient (the step's direction)", """
+def cross_entropy_grad(logits, targets, ignore_index=-100):
+    keep = targets != ignore_index
+    e = torch.exp(logits - logits.amax(-1, keepdim=True))
+    g = e / e.sum(-1, keepdim=True)
+    g[torch.arange(len(targets))[keep], targets[keep]] -= 1
+    g[~keep] = 0
+    return -g / keep.sum()
+""", call="cross_entropy_grad", message=r"sign is reversed")
+wrong_answer("check_cross_entropy_grad", "edge", "exp without subtracting the row max (NaN at logits of 1e4)", """
+def cross_entropy_grad(logits, targets, ignore_index=-100):
+    keep = targets != ignore_index
+    e = torch.exp(logits)
+    g = e / e.sum(-1, keepdim=True)
+    g[torch.arange(len(targets))[keep], targets[keep]] -= 1
+    g[~keep] = 0
+    return g / keep.sum()
+""", call="cross_entropy_grad", message=r"not finite")
+wrong_answer("check_cross_entropy_grad", "edge", "ignored rows keep their softmax", """
+def cross_entropy_grad(logits, targets, ignore_index=-100):
+    keep = targets != ignore_index
+    e = torch.exp(logits - logits.amax(-1, keepdim=True))
+    g = e / e.sum(-1, keepdim=True)
+    g[torch.arange(len(targets))[keep], targets[keep]] -= 1
+    return g / keep.sum()
+""", call="cross_entropy_grad", message=r"ignored targets are not zero")
+wrong_answer("check_cross_entropy_grad", "method", "autograd through the loss instead of the formula", """
+def cross_entropy_grad(logits, targets, ignore_index=-100):
+    z = logits.clone().requires_grad_(True)
+    keep = targets != ignore_index
+    zk = z[keep]
+    m = zk.amax(-1, keepdim=True)
+    lse = m[:, 0] + torch.log(torch.exp(zk - m).sum(-1))
+    (lse - zk[torch.arange(len(zk)), targets[keep]]).mean().backward()
+    return z.grad
+""", call="cross_entropy_grad", message=r"not to use torch.autograd")
+wrong_answer("check_cross_entropy_grad", "method", "torch's softmax under another name", """
+from torch.nn.functional import softmax as probabilities
+def cross_entropy_grad(logits, targets, ignore_index=-100):
+    keep = targets != ignore_index
+    g = probabilities(logits, dim=-1)
+    g[torch.arange(len(targets))[keep], targets[keep]] -= 1
+    g[~keep] = 0
+    return g / keep.sum()
+""", call="cross_entropy_grad", message=r"not to use torch.softmax")
+
+wrong_answer("check_smoothed_loss_floor", "mistake", "zero, the floor of the unsmoothed loss", """
+def smoothed_loss_floor(V, eps):
+    return 0.0
+""", call="smoothed_loss_floor", message=r"not one-hot")
+wrong_answer("check_smoothed_loss_floor", "mistake", "spreads eps over the V - 1 wrong classes only", """
+def smoothed_loss_floor(V, eps):
+    q = [1 - eps] + [eps / (V - 1)] * (V - 1)
+    return -sum(x * math.log(x) for x in q if x > 0)
+""", call="smoothed_loss_floor", message=r"Every one of the V classes")
+wrong_answer("check_smoothed_loss_floor", "mistake", "only the true class's term of the entropy", """
+def smoothed_loss_floor(V, eps):
+    p = 1 - eps + eps / V
+    return -p * math.log(p)
+""", call="smoothed_loss_floor", message=r"all V classes contribute")
+wrong_answer("check_smoothed_loss_floor", "edge", "0 * log 0 evaluated literally (NaN at eps = 0)", """
+def smoothed_loss_floor(V, eps):
+    p, r = 1 - eps + eps / V, eps / V
+    return float(-p * np.log(p) - (V - 1) * r * np.log(r)) if r > 0 else float("nan")
+""", call="smoothed_loss_floor", message=r"limit of x log x")
+wrong_answer("check_smoothed_loss_floor", "method", "minimises the loss numerically with autograd and Adam", """
+def smoothed_loss_floor(V, eps):
+    z = torch.zeros(V, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([z], lr=0.1)
+    q = torch.full((V,), eps / V, dtype=torch.float64)
+    q[0] += 1 - eps
+    for _ in range(300):
+        loss = -(q * torch.log_softmax(z, -1)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return loss.item()
+""", call="smoothed_loss_floor", message=r"not to use torch")
+
+wrong_answer("check_wsd_lr", "mistake", "warmup off by one (uses step, not step + 1)", """
+def wsd_lr(step, max_lr, min_lr, warmup_steps, max_steps, cooldown_steps):
+    s = step
+    if s <= warmup_steps:
+        return max_lr * s / max(warmup_steps, 1)
+    start = max(warmup_steps, max_steps - cooldown_steps)
+    if cooldown_steps == 0 or s <= start:
+        return max_lr
+    return max_lr + min(1.0, (s - start) / (max_steps - start)) * (min_lr - max_lr)
+""", call="wsd_lr", message=r"at step 0 \(warmup\) expected")
+wrong_answer("check_wsd_lr", "mistake", "cools down to 0, not to min_lr", """
+def wsd_lr(step, max_lr, min_lr, warmup_steps, max_steps, cooldown_steps):
+    s = step + 1
+    if s <= warmup_steps:
+        return max_lr * s / warmup_steps
+    start = max(warmup_steps, max_steps - cooldown_steps)
+    if cooldown_steps == 0 or s <= start:
+        return max_lr
+    return max_lr * (1 - min(1.0, (s - start) / (max_steps - start)))
+""", call="wsd_lr", message=r"\(the cooldown\) expected")
+wrong_answer("check_wsd_lr", "edge", "returns to max_lr after max_steps", """
+def wsd_lr(step, max_lr, min_lr, warmup_steps, max_steps, cooldown_steps):
+    s = step + 1
+    if s <= warmup_steps:
+        return max_lr * s / warmup_steps
+    start = max(warmup_steps, max_steps - cooldown_steps)
+    if cooldown_steps == 0 or s <= start or s > max_steps:
+        return max_lr
+    return max_lr + (s - start) / (max_steps - start) * (min_lr - max_lr)
+""", call="wsd_lr", message=r"\(after max_steps\) expected")
+wrong_answer("check_wsd_lr", "edge", "cooldown_steps = 0 treated as a one-step cooldown", """
+def wsd_lr(step, max_lr, min_lr, warmup_steps, max_steps, cooldown_steps):
+    s, cooldown_steps = step + 1, max(cooldown_steps, 1)
+    if s <= warmup_steps:
+        return max_lr * s / warmup_steps
+    start = max(warmup_steps, max_steps - cooldown_steps)
+    if s <= start:
+        return max_lr
+    return max_lr + min(1.0, (s - start) / (max_steps - start)) * (min_lr - max_lr)
+""", call="wsd_lr", message=r"cooldown_steps=0: at step \d+ \(the stable phase\)")
+wrong_answer("check_wsd_lr", "method", "the package's schedule (lr_at), which the exercise forbids", """
+from fundamentallm.training import TrainConfig, lr_at as schedule
+def wsd_lr(step, max_lr, min_lr, warmup_steps, max_steps, cooldown_steps):
+    return schedule(step, TrainConfig(lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps, max_steps=max_steps,
+                                      schedule="wsd", cooldown_fraction=cooldown_steps / max_steps))
+""", call="wsd_lr", message=r"not to use fundamentallm.training.lr_at")
+
+wrong_answer("check_adam_first_step", "mistake", "SGD's step: -lr * g", """
+predicted_changes = [-1e-3 * g for g in (1e3, 1e-6, 1e-9)]
+""", call="predicted_changes", message=r"does not scale with the gradient")
+wrong_answer("check_adam_first_step", "mistake", "-lr * sign(g): forgets eps", """
+predicted_changes = [-1e-3, -1e-3, -1e-3]
+""", call="predicted_changes", message=r"gradient 1e-09: .*eps")
+wrong_answer("check_adam_first_step", "mistake", "without bias correction: sqrt(1 - b2) / (1 - b1) too small", """
+predicted_changes = [-1e-3 * 0.1 * g / (0.1 * abs(g) * 10 + 1e-8) for g in (1e3, 1e-6, 1e-9)]
+""", call="predicted_changes", message=r"bias correction")
+wrong_answer("check_adam_first_step", "mistake", "the weights move along the gradient", """
+predicted_changes = [1e-3, 1e-3, 1e-4]
+""", call="predicted_changes", message=r"sign is wrong")
+wrong_answer("check_adam_first_step", "value", "two numbers for three weights", """
+predicted_changes = [-1e-3, -1e-3]
+""", call="predicted_changes", message=r"a list of 3 numbers")
+
+wrong_answer("check_fit_power_law", "mistake", "returns the slope itself as alpha (the law has N ** -alpha)", """
+def fit_power_law(sizes, losses):
+    x = [math.log(float(n)) for n in sizes]
+    y = [math.log(float(v)) for v in losses]
+    xm, ym = sum(x) / len(x), sum(y) / len(y)
+    slope = sum((a - xm) * (b - ym) for a, b in zip(x, y)) / sum((a - xm) ** 2 for a in x)
+    return math.exp(ym - slope * xm), slope
+""", call="fit_power_law", message=r"wrong sign")
+wrong_answer("check_fit_power_law", "mistake", "fits the losses themselves, not their logarithm", """
+def fit_power_law(sizes, losses):
+    x = [math.log(float(n)) for n in sizes]
+    y = [float(v) for v in losses]
+    xm, ym = sum(x) / len(x), sum(y) / len(y)
+    slope = sum((a - xm) * (b - ym) for a, b in zip(x, y)) / sum((a - xm) ** 2 for a in x)
+    return math.exp(ym - slope * xm), -slope
+""", call="fit_power_law", message=r"not the least-squares exponent")
+wrong_answer("check_fit_power_law", "mistake", "a = 10 ** intercept of a natural-log fit", """
+def fit_power_law(sizes, losses):
+    x = [math.log(float(n)) for n in sizes]
+    y = [math.log(float(v)) for v in losses]
+    xm, ym = sum(x) / len(x), sum(y) / len(y)
+    slope = sum((a - xm) * (b - ym) for a, b in zip(x, y)) / sum((a - xm) ** 2 for a in x)
+    return 10 ** (ym - slope * xm), -slope
+""", call="fit_power_law", message=r"intercept of the line is")
+wrong_answer("check_fit_power_law", "edge", "a line through the first and last points only (exact, not least squares)", """
+def fit_power_law(sizes, losses):
+    x = [math.log(float(n)) for n in sizes]
+    y = [math.log(float(v)) for v in losses]
+    slope = (y[-1] - y[0]) / (x[-1] - x[0])
+    return math.exp(y[0] - slope * x[0]), -slope
+""", call="fit_power_law", message=r"not the least-squares exponent")
+wrong_answer("check_fit_power_law", "method", "np.polyfit under another name", """
+from numpy import polyfit as fit_line
+def fit_power_law(sizes, losses):
+    slope, intercept = fit_line(np.log(np.asarray(sizes, dtype=float)), np.log(np.asarray(losses, dtype=float)), 1)
+    return float(np.exp(intercept)), float(-slope)
+""", call="fit_power_law", message=r"not to use numpy.polyfit")
+wrong_answer("check_fit_power_law", "method", "torch.linalg.lstsq on the design matrix", """
+def fit_power_law(sizes, losses):
+    x = torch.log(torch.as_tensor(sizes, dtype=torch.float64))
+    y = torch.log(torch.as_tensor(losses, dtype=torch.float64))
+    coef = torch.linalg.lstsq(torch.stack([torch.ones_like(x), x], 1), y[:, None]).solution[:, 0]
+    return coef[0].exp().item(), -coef[1].item()
+""", call="fit_power_law", message=r"not to use torch.linalg.lstsq")
