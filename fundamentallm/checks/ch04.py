@@ -136,8 +136,8 @@ def check_rope_score_matrix(rope_score_matrix: Callable) -> str:
                 raise CheckFailed(f"{what}: you returned the transpose, the matrix for offset "
                                   f"{-offset}; the query at m = n + offset is rotated by m, the key by n")
             raise CheckFailed(f"{what}: q @ M @ k = {float(q @ M @ k):.6g}, but the rotated "
-                              f"score at m = {m}, n = {n} is {float(score):.6g}; M should be "
-                              "R_m^T R_n, a rotation of each pair (i, i + D/2) by -offset * theta_i")
+                              f"score at m = {m}, n = {n} is {float(score):.6g}; write the score as q^T (R_m^T R_n) k: "
+                              "how do two rotations of the same planes compose, and what is R_m^T?")
         assert_same(M, expected, what=what, atol=1e-6, rtol=1e-5)
     return "the score depends on the positions only through m - n"
 

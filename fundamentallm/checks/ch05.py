@@ -133,7 +133,7 @@ def check_batch_norm_backward(batch_norm_backward: Callable) -> str:
         if N > 1 and torch.allclose(dx, dy * gamma.detach() / sigma, rtol=1e-6, atol=1e-8):
             raise CheckFailed(f"{what}: dx treats the batch mean and variance as constants; they are "
                               "computed from every row of x, so each x_n also moves the others' "
-                              "outputs (subtract the mean of dy_hat and of dy_hat * x_hat)")
+                              "outputs: differentiate through mu_B and sigma_B too")
         assert_same(dx, ref[0], what=f"{what}: dx", rtol=1e-6, atol=1e-8)
     return f"dx, dgamma and dbeta equal autograd's on {len(cases)} batches"
 

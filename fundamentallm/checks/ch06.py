@@ -133,8 +133,8 @@ def check_sandwich_block(sandwich_block: Callable) -> str:
             ):
                 if torch.allclose(got, wrong, atol=1e-5, rtol=1e-4):
                     raise CheckFailed(f"{what}: {why}")
-        assert_same(got, expected, what=f"{what} (expected h = x + norm3(attn(norm1(x))); "
-                                        "h + norm4(ff(norm2(h))))", atol=1e-5, rtol=1e-4)
+        assert_same(got, expected, what=f"{what} (which norm bounds which sublayer's output, and "
+                                        "is the stream itself ever normalized?)", atol=1e-5, rtol=1e-4)
     return f"{len(cases)} sandwich blocks: each sublayer's output normalized before it joins the stream"
 
 
@@ -215,8 +215,8 @@ def check_deepnorm_block(deepnorm_block: Callable) -> str:
             if alpha != 1 and torch.allclose(got, block.norm2(h_wrong + alpha * block.ff(h_wrong)), atol=1e-5):
                 raise CheckFailed(f"{what}: alpha multiplies the residual x (the stream), not the "
                                   "sublayer's output")
-        assert_same(got, expected, what=f"{what} (expected h = norm1(alpha x + attn(x)); "
-                                        "norm2(alpha h + ff(h)))", atol=1e-5, rtol=1e-4)
+        assert_same(got, expected, what=f"{what} (post-LN wiring: what does each sublayer read, "
+                                        "where is each norm, and which term does alpha weigh?)", atol=1e-5, rtol=1e-4)
     return f"{len(cases)} DeepNorm blocks; alpha = 1 is plain post-LN"
 
 
