@@ -14,6 +14,7 @@ from .core import (
     check_shape,
     exercise_check,
 )
+from .wrong import wrong_answer
 
 
 @exercise_check(forbidden=("fundamentallm.positions.rotate_half",))
@@ -35,32 +36,51 @@ def check_rotate_half(rotate_half: Callable) -> str:
     return "known answer, batched shapes and the odd-size validation"
 
 
+def _alibi_mean_distance(H: int, T: int) -> torch.Tensor:
+    """Reference: (H,) expected distance i - j of the last query's attention under ALiBi with
+    equal raw scores (float64)."""
+    slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1, dtype=torch.float64) / H)  # (H,)
+    d = torch.arange(T, dtype=torch.float64)  # distances 0 .. T-1 of the keys the last query reads
+    w = torch.softmax(-slopes[:, None] * d, dim=-1)  # (H, T)
+    return (w * d).sum(-1)
+
+
 @exercise_check
-def check_alibi_bias(alibi_bias: Callable) -> str:
-    """``alibi_bias(num_heads, T)`` -> ``(H, T, T)`` ALiBi biases: ``-m_h·(i - j)`` for keys
-    ``j <= i`` and ``-inf`` above the diagonal, with slopes ``m_h = 2^(-8(h+1)/H)``."""
-    cases = [(8, 5), (4, 3), (1, 4), (16, 2)]
+def check_alibi_mean_distance(alibi_mean_distance: Callable) -> str:
+    """``alibi_mean_distance(num_heads, T)`` -> ``(H,)``: for the last query (position ``T - 1``)
+    of a causal model with equal raw scores, the expected distance ``i - j`` under each head's
+    ALiBi-biased attention weights (slopes ``m_h = 2^(-8(h+1)/H)``)."""
+    g = torch.Generator().manual_seed(45)
+    cases = [(8, 1), (8, 5), (4, 64), (1, 3), (8, 2048), (12, 300)]
+    cases += [(int(torch.randint(1, 17, (1,), generator=g)), int(torch.randint(2, 600, (1,), generator=g)))
+              for _ in range(2)]
     for H, T in cases:
-        slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1, dtype=torch.float64) / H)  # (H,)
-        i = torch.arange(T)[:, None]
-        j = torch.arange(T)[None, :]
-        expected = -slopes[:, None, None] * (i - j).to(torch.float64)  # (H, T, T)
-        expected = expected.masked_fill(j > i, float("-inf"))
-        got = alibi_bias(H, T)
-        what = f"biases for num_heads={H}, T={T}"
-        check_shape(got, (H, T, T), what=what)
-        got = torch.as_tensor(got).double()
-        future = (j > i).expand(H, T, T)
-        if T > 1 and not (torch.isinf(got[future]) & (got[future] < 0)).all():
-            raise CheckFailed(f"{what}: keys after the query (j > i) must get -inf (causal)")
-        past = ~future
-        if H > 1 and torch.allclose(got[0][past[0]], got[-1][past[0]]):
-            raise CheckFailed(f"{what}: every head has the same slope; head h uses 2^(-8(h+1)/H)")
-        assert_same(got[past], expected[past], what=what + " on and below the diagonal")
-    return f"matches the ALiBi formula on {len(cases)} shapes"
+        what = f"alibi_mean_distance(num_heads={H}, T={T})"
+        got = alibi_mean_distance(H, T)
+        check_shape(got, (H,), what=what)
+        got = _as_tensor(got).double()
+        if not torch.isfinite(got).all():
+            raise CheckFailed(f"{what}: {got.tolist()} is not finite; with T = {T} key(s) every "
+                              "distance lies between 0 and T - 1")
+        expected = _alibi_mean_distance(H, T)
+        if ((got < -1e-9) | (got > T - 1 + 1e-9)).any():
+            raise CheckFailed(f"{what}: a mean distance outside [0, T - 1] = [0, {T - 1}]; the last "
+                              f"query reads only the {T} keys at or before it")
+        if H > 1 and torch.allclose(got, expected.flip(0), rtol=1e-6, atol=1e-9) and \
+                not torch.allclose(got, expected, rtol=1e-6, atol=1e-9):
+            raise CheckFailed(f"{what}: the values are right but the heads come in the reverse order; "
+                              "which head has the smallest slope?")
+        if not torch.allclose(got, expected, rtol=1e-6, atol=1e-9):
+            h = int((got - expected).abs().argmax())
+            slope = 2.0 ** (-8.0 * (h + 1) / H)
+            raise CheckFailed(f"{what}: head {h} (slope {slope:.4g}) gets {float(got[h]):.6g}, off by "
+                              f"{float((got - expected)[h]):+.3g}; the weights are a softmax over the "
+                              f"{T} keys j = 0 .. {T - 1} of -m_h (i - j); the mean distance is the "
+                              "weighted average of i - j")
+    return f"{len(cases)} settings, from one key (T = 1) to 2048"
 
 
-@exercise_check(may_return_none=True)
+@exercise_check(may_return_none=True, self_check=True)
 def check_no_position_prediction(no_position_prediction) -> str:
     """``no_position_prediction``: for a transformer without positional encoding reading
     ``[BOS, a, a, ..., a]``: can the outputs at the repeated ``a`` differ (``"causal"``,
@@ -116,8 +136,8 @@ def check_rope_score_matrix(rope_score_matrix: Callable) -> str:
                 raise CheckFailed(f"{what}: you returned the transpose, the matrix for offset "
                                   f"{-offset}; the query at m = n + offset is rotated by m, the key by n")
             raise CheckFailed(f"{what}: q @ M @ k = {float(q @ M @ k):.6g}, but the rotated "
-                              f"score at m = {m}, n = {n} is {float(score):.6g}; M should be "
-                              "R_m^T R_n, a rotation of each pair (i, i + D/2) by -offset * theta_i")
+                              f"score at m = {m}, n = {n} is {float(score):.6g}; write the score as q^T (R_m^T R_n) k: "
+                              "how do two rotations of the same planes compose, and what is R_m^T?")
         assert_same(M, expected, what=what, atol=1e-6, rtol=1e-5)
     return "the score depends on the positions only through m - n"
 
@@ -148,8 +168,9 @@ def check_count_slow_pairs(count_slow_pairs: Callable) -> str:
             if got == first:
                 raise CheckFailed(f"{what}: {got} is the index of the first slow pair; count the "
                                   "pairs from it to the last, D/2 - 1")
-            raise CheckFailed(f"{what}: expected {expected}, got {got}; pair i turns by "
-                              "context * base^(-2i/D) radians between positions 0 and context")
+            raise CheckFailed(f"{what}: {got} is not the number of slow pairs; how many radians does "
+                              "pair i turn between positions 0 and context, and for which i is that "
+                              "less than one turn?")
     return "the slow pairs are the last ones: their frequencies base^(-2i/D) are the smallest"
 
 
@@ -184,7 +205,8 @@ def check_interleaved_to_half(interleaved_to_half: Callable, seed: int = 0) -> s
 
         assert_same(_rope_scores(x, out, H, half), _rope_scores(x, weight, H, inter), atol=1e-9, rtol=1e-9,
                     what=f"{what}: attention scores of a half-RoPE model with your rows vs the "
-                         f"interleaved model (each head: pair (2k, 2k+1) must land on (k, k + D/2))")
+                         f"interleaved model (which rows does each convention rotate together, "
+                         f"and within which head?)")
         assert_same(out, weight[rows], what=f"{what}: the rows")
     bias = torch.randn(16, generator=g, dtype=torch.float64)
     out = interleaved_to_half(bias.clone(), 2)
@@ -192,3 +214,145 @@ def check_interleaved_to_half(interleaved_to_half: Callable, seed: int = 0) -> s
     expected = torch.cat([bias[0:8:2], bias[1:8:2], bias[8:16:2], bias[9:16:2]])
     assert_same(_as_tensor(out).double(), expected, what="interleaved_to_half(bias, num_heads=2)")
     return f"{len(cases)} projections (scores of both conventions equal) and a bias"
+
+
+# --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 04) ------
+
+wrong_answer("check_no_position_prediction", "mistake", "bidirectional outputs differ too", """
+no_position_prediction = {"causal": True, "bidirectional": True, "neighbours": "shrink"}
+""", call="no_position_prediction", message=r"same set of keys")
+wrong_answer("check_no_position_prediction", "mistake", "the causal mask leaks nothing", """
+no_position_prediction = {"causal": False, "bidirectional": False, "neighbours": "shrink"}
+""", call="no_position_prediction", message=r"BOS's share")
+wrong_answer("check_no_position_prediction", "mistake", "neighbours stay equally far apart", """
+no_position_prediction = {"causal": True, "bidirectional": False, "neighbours": "stay"}
+""", call="no_position_prediction", message=r"1/\(\(t \+ 1\)\(t \+ 2\)\)")
+wrong_answer("check_no_position_prediction", "value", "1 for True", """
+no_position_prediction = {"causal": 1, "bidirectional": False, "neighbours": "shrink"}
+""", call="no_position_prediction", message=r"choose one of")
+
+wrong_answer("check_rope_score_matrix", "mistake", "the transpose R_m R_n^T (the sign slip)", """
+def rope_score_matrix(offset, D, base=10000.0):
+    theta = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    c, s = torch.cos(offset * theta), torch.sin(offset * theta)
+    M, i, h = torch.zeros(D, D, dtype=torch.float64), torch.arange(D // 2), D // 2
+    M[i, i], M[i + h, i + h], M[i, i + h], M[i + h, i] = c, c, -s, s
+    return M
+""", call="rope_score_matrix", message=r"transpose")
+wrong_answer("check_rope_score_matrix", "mistake", "the identity: 'RoPE does not change scores'", """
+def rope_score_matrix(offset, D, base=10000.0):
+    return torch.eye(D, dtype=torch.float64)
+""", call="rope_score_matrix", message=r"rotated score")
+wrong_answer("check_rope_score_matrix", "edge", "ignores base (always 10000)", """
+def rope_score_matrix(offset, D, base=10000.0):
+    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    c, s = torch.cos(offset * theta), torch.sin(offset * theta)
+    M, i, h = torch.zeros(D, D, dtype=torch.float64), torch.arange(D // 2), D // 2
+    M[i, i], M[i + h, i + h], M[i, i + h], M[i + h, i] = c, c, s, -s
+    return M
+""", call="rope_score_matrix", message=r"rotated score")
+wrong_answer("check_rope_score_matrix", "edge", "interleaved pairs (2k, 2k+1) instead of (i, i + D/2)", """
+def rope_score_matrix(offset, D, base=10000.0):
+    theta = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    c, s = torch.cos(offset * theta), torch.sin(offset * theta)
+    M, k = torch.zeros(D, D, dtype=torch.float64), torch.arange(D // 2)
+    M[2 * k, 2 * k], M[2 * k + 1, 2 * k + 1], M[2 * k, 2 * k + 1], M[2 * k + 1, 2 * k] = c, c, s, -s
+    return M
+""", call="rope_score_matrix", message=r"rotated score")
+
+wrong_answer("check_rotate_half", "mistake", "rotates interleaved pairs (GPT-J layout)", """
+def rotate_half(x):
+    if x.shape[-1] % 2:
+        raise ValueError(f"the last dimension {x.shape[-1]} must be even")
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), -1).flatten(-2)
+""", call="rotate_half", message=r"not interleaved")
+wrong_answer("check_rotate_half", "mistake", "(x2, -x1): the rotation by -90 degrees", """
+def rotate_half(x):
+    if x.shape[-1] % 2:
+        raise ValueError(f"the last dimension {x.shape[-1]} must be even")
+    h = x.shape[-1] // 2
+    return torch.cat((x[..., h:], -x[..., :h]), -1)
+""", call="rotate_half", message=r"differ")
+wrong_answer("check_rotate_half", "edge", "no ValueError for an odd last dimension", """
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), -1)
+""", call="rotate_half", message=r"ValueError")
+wrong_answer("check_rotate_half", "method", "calls the package's rotate_half under another name", """
+from fundamentallm.positions import rotate_half as turn
+def rotate_half(x):
+    if x.shape[-1] % 2:
+        raise ValueError(f"the last dimension {x.shape[-1]} must be even")
+    return turn(x)
+""", call="rotate_half", message=r"asks you not to use")
+
+wrong_answer("check_count_slow_pairs", "mistake", "counts the pairs that DO complete a turn", """
+def count_slow_pairs(D, base, context):
+    return sum(context * base ** (-2 * i / D) >= 2 * math.pi for i in range(D // 2))
+""", call="count_slow_pairs", message=r"DO complete a turn")
+wrong_answer("check_count_slow_pairs", "mistake", "returns the index of the first slow pair", """
+def count_slow_pairs(D, base, context):
+    return next((i for i in range(D // 2) if context * base ** (-2 * i / D) < 2 * math.pi), D // 2)
+""", call="count_slow_pairs", message=r"index of the first slow pair|DO complete a turn")
+wrong_answer("check_count_slow_pairs", "mistake", "compares with 1 radian, not one turn", """
+def count_slow_pairs(D, base, context):
+    return sum(context * base ** (-2 * i / D) < 1 for i in range(D // 2))
+""", call="count_slow_pairs", message=r"less than one turn")
+wrong_answer("check_count_slow_pairs", "edge", "the continuous boundary, not a count (a float)", """
+def count_slow_pairs(D, base, context):
+    return D / 2 - D / 2 * math.log(context / (2 * math.pi)) / math.log(base)
+""", call="count_slow_pairs", message=r"return an int")
+
+wrong_answer("check_alibi_mean_distance", "mistake", "1/m_h, the reach of an unbounded context", """
+def alibi_mean_distance(num_heads, T):
+    return 1 / 2.0 ** (-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float64) / num_heads)
+""", call="alibi_mean_distance", message=r"outside \[0, T - 1\]")
+wrong_answer("check_alibi_mean_distance", "mistake", "heads in the reverse order", """
+def alibi_mean_distance(num_heads, T):
+    m = 2.0 ** (-8.0 * torch.arange(num_heads, 0, -1, dtype=torch.float64) / num_heads)
+    d = torch.arange(T, dtype=torch.float64)
+    w = torch.softmax(-m[:, None] * d, -1)
+    return (w * d).sum(-1)
+""", call="alibi_mean_distance", message=r"reverse order")
+wrong_answer("check_alibi_mean_distance", "mistake", "the slope applied to +distance (a bias towards far keys)", """
+def alibi_mean_distance(num_heads, T):
+    m = 2.0 ** (-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float64) / num_heads)
+    d = torch.arange(T, dtype=torch.float64)
+    w = torch.softmax(m[:, None] * d, -1)
+    return (w * d).sum(-1)
+""", call="alibi_mean_distance", message=r"weighted average")
+wrong_answer("check_alibi_mean_distance", "edge", "distances 1..T (the query's own key at distance 1)", """
+def alibi_mean_distance(num_heads, T):
+    m = 2.0 ** (-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float64) / num_heads)
+    d = torch.arange(1, T + 1, dtype=torch.float64)
+    w = torch.softmax(-m[:, None] * d, -1)
+    return (w * d).sum(-1)
+""", call="alibi_mean_distance", message=r"outside \[0, T - 1\]")
+wrong_answer("check_alibi_mean_distance", "edge", "the geometric closed form, 0/0 at T = 1", """
+def alibi_mean_distance(num_heads, T):
+    m = 2.0 ** (-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float64) / num_heads)
+    r = torch.exp(-m)
+    return r / (1 - r) - T * r ** T / (1 - r ** T) if T > 1 else torch.full((num_heads,), float("nan"))
+""", call="alibi_mean_distance", message=r"not finite")
+
+wrong_answer("check_interleaved_to_half", "mistake", "the inverse map (half -> interleaved)", """
+def interleaved_to_half(weight, num_heads):
+    D = weight.shape[0] // num_heads
+    return weight.reshape(num_heads, 2, D // 2, *weight.shape[1:]).transpose(1, 2).reshape(weight.shape)
+""", call="interleaved_to_half", message=r"attention scores")
+wrong_answer("check_interleaved_to_half", "edge", "one permutation over all rows, ignoring the heads", """
+def interleaved_to_half(weight, num_heads):
+    n = weight.shape[0]
+    return weight.reshape(n // 2, 2, *weight.shape[1:]).transpose(0, 1).reshape(weight.shape)
+""", call="interleaved_to_half", message=r"attention scores")
+wrong_answer("check_interleaved_to_half", "mistake", "pairs land on (k + D/2, k): a reflection, not the rotation", """
+def interleaved_to_half(weight, num_heads):
+    D = weight.shape[0] // num_heads
+    half = weight.reshape(num_heads, D // 2, 2, *weight.shape[1:]).transpose(1, 2)
+    return half.flip(1).reshape(weight.shape)
+""", call="interleaved_to_half", message=r"attention scores")
+wrong_answer("check_interleaved_to_half", "method", "calls the package's permute_rope_weights", """
+from fundamentallm.interop import permute_rope_weights as convert
+def interleaved_to_half(weight, num_heads):
+    return convert(weight, num_heads)
+""", call="interleaved_to_half", message=r"asks you not to use")

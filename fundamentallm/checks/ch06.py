@@ -15,6 +15,7 @@ from .core import (
     finite_number,
     is_close_number,
 )
+from .wrong import wrong_answer
 
 
 def _ch06_block(norm_position: str, norm: str, seed: int, d_model: int = 16, num_heads: int = 2):
@@ -62,29 +63,41 @@ def check_pre_ln_block(pre_ln_block: Callable) -> str:
     return _ch06_check_block(pre_ln_block, "pre", "h = x + attn(norm1(x)); h + ff(norm2(h))")
 
 
-@exercise_check
-def check_layer_norm_jacobian(layer_norm_jacobian: Callable) -> str:
-    """``layer_norm_jacobian(z, weight, eps=1e-5)`` -> the ``(C, C)`` Jacobian of LayerNorm at
-    ``z`` (``(C,)``), eq. ch06-ln-jacobian; compared with autograd through ``F.layer_norm``."""
-    import torch.nn.functional as F
-
-    cases = [(8, 0, 1.0), (5, 1, 10.0), (16, 2, 0.1), (3, 3, 1.0)]  # (C, seed, scale of z)
-    for C, seed, scale in cases:
+@exercise_check(forbidden=("torch.autograd.grad", "torch.autograd.functional", "torch.Tensor.backward",
+                          "torch.func"))
+def check_rms_norm_jacobian(rms_norm_jacobian: Callable) -> str:
+    """``rms_norm_jacobian(z, weight, eps=1e-5)`` -> the ``(C, C)`` Jacobian of RMSNorm,
+    ``z / sqrt(mean(z^2) + eps) * weight``, at ``z`` (``(C,)``), derived by hand (no autograd);
+    compared with autograd through a written-out RMSNorm, to float64 precision (a finite
+    difference is not exact enough)."""
+    cases = [(8, 0, 1.0, 1e-5), (5, 1, 10.0, 1e-5), (16, 2, 0.01, 1e-5), (3, 3, 1.0, 1e-5), (6, 4, 0.3, 0.5)]
+    for C, seed, scale, eps in cases:  # (C, seed, scale of z, eps): a small scale and a large eps
         g = torch.Generator().manual_seed(660 + seed)
-        z = torch.randn(C, generator=g, dtype=torch.float64) * scale + 2.0  # (C,), non-zero mean
+        z = (torch.randn(C, generator=g, dtype=torch.float64) + 0.5) * scale  # (C,), non-zero mean
         weight = 1 + 0.5 * torch.randn(C, generator=g, dtype=torch.float64)  # (C,)
-        bias = torch.randn(C, generator=g, dtype=torch.float64)
-        expected = torch.autograd.functional.jacobian(
-            lambda v, weight=weight, bias=bias: F.layer_norm(v, (v.shape[-1],), weight, bias, 1e-5), z)
-        got = _as_tensor(layer_norm_jacobian(z.clone(), weight.clone(), eps=1e-5)).double()
-        what = f"the LayerNorm Jacobian for C={C}, std(z)~{scale}"
+        zr = z.clone().requires_grad_(True)
+        y = zr / torch.sqrt(zr.pow(2).mean() + eps) * weight  # a written-out RMSNorm; rows by autograd
+        expected = torch.stack([torch.autograd.grad(y[i], zr, retain_graph=True)[0] for i in range(C)])
+        got = rms_norm_jacobian(z.clone(), weight.clone(), eps=eps)
+        what = f"the RMSNorm Jacobian for C={C}, |z|~{scale}, eps={eps}"
         check_shape(got, (C, C), what=what)
+        got = _as_tensor(got).double()
+        if not torch.isfinite(got).all():
+            raise CheckFailed(f"{what}: not finite")
+        rel = float((got - expected).abs().max() / expected.abs().max())
+        if 1e-12 < rel < 1e-3:
+            raise CheckFailed(f"{what}: close (relative error {rel:.1e}) but not exact: an approximation "
+                              "(a finite difference, or a small term such as eps dropped) is not the "
+                              "derivative; derive every term")
+        if torch.allclose(got, expected.T, rtol=1e-9, atol=1e-12) and not torch.allclose(got, expected, rtol=1e-9, atol=1e-12):
+            raise CheckFailed(f"{what}: you returned the transpose; row i is the gradient of output i, "
+                              "and the gain multiplies the outputs")
         ones = torch.ones(C, dtype=torch.float64)
-        if (got @ ones).abs().max() > 1e-6 * got.abs().max():
-            raise CheckFailed(f"{what}: J @ 1 should be 0 (adding a constant to z changes nothing); "
-                              "did you drop the -11ᵀ/C term?")
-        assert_same(got, expected, what=what + " (vs autograd)", rtol=1e-6, atol=1e-9)
-    return f"matches autograd on {len(cases)} vectors"
+        if C > 1 and (got @ ones).abs().max() < 1e-9 * got.abs().max():
+            raise CheckFailed(f"{what}: your J sends the all-ones vector to 0; does RMSNorm subtract "
+                              "the mean?")
+        assert_same(got, expected, what=what + " (vs autograd)", rtol=1e-11, atol=1e-13)
+    return f"matches autograd to float64 precision on {len(cases)} vectors, a large eps included"
 
 
 @exercise_check
@@ -123,8 +136,8 @@ def check_sandwich_block(sandwich_block: Callable) -> str:
             ):
                 if torch.allclose(got, wrong, atol=1e-5, rtol=1e-4):
                     raise CheckFailed(f"{what}: {why}")
-        assert_same(got, expected, what=f"{what} (expected h = x + norm3(attn(norm1(x))); "
-                                        "h + norm4(ff(norm2(h))))", atol=1e-5, rtol=1e-4)
+        assert_same(got, expected, what=f"{what} (which norm bounds which sublayer's output, and "
+                                        "is the stream itself ever normalized?)", atol=1e-5, rtol=1e-4)
     return f"{len(cases)} sandwich blocks: each sublayer's output normalized before it joins the stream"
 
 
@@ -144,11 +157,11 @@ def check_ln_jacobian_prediction(ln_jacobian_prediction) -> str:
         if answer[key] not in directions:
             raise CheckFailed(f"ln_jacobian_prediction[{key!r}] = {answer[key]!r}; choose one of {list(directions)}")
     if answer["J_ones"] != "zero":
-        raise CheckFailed("J_ones: adding the same number to every channel shifts the mean by it and "
-                          "changes nothing after the subtraction: LN(z + c1) = LN(z), so J 1 = 0")
+        raise CheckFailed("J_ones: rethink what LayerNorm does to z + c 1 (the same number added to every "
+                          "channel) compared with z; J 1 is the derivative in that direction")
     if answer["J_zhat"] != "zero":
-        raise CheckFailed("J_zhat: moving z along z_hat only rescales the centred vector (up to eps), "
-                          "and the division by sigma undoes a rescaling: J z_hat = 0 (up to eps)")
+        raise CheckFailed("J_zhat: rethink what moving z along z_hat does to the centred vector z - mu, "
+                          "and what LayerNorm's division by sigma does to that change")
     ratio = finite_number(answer["norm_ratio"], "norm_ratio")
     z = torch.randn(16, generator=torch.Generator().manual_seed(66), dtype=torch.float64)
     ln = lambda v: torch.nn.functional.layer_norm(v, (16,), eps=1e-5)  # noqa: E731
@@ -156,12 +169,12 @@ def check_ln_jacobian_prediction(ln_jacobian_prediction) -> str:
                  / torch.linalg.matrix_norm(torch.autograd.functional.jacobian(ln, z), ord=2))
     if not is_close_number(ratio, true, rtol=0.02):
         hint = " (the output does not change, but how fast it changes does)" if abs(ratio - 1) < 1e-9 else ""
-        raise CheckFailed(f"norm_ratio = {ratio:.3g}: the Jacobian carries a factor 1/sigma(z); what "
-                          f"does multiplying z by 10 do to sigma?{hint}")
+        raise CheckFailed(f"norm_ratio = {ratio:.3g}: which factor of eq. ch06-ln-jacobian depends on the "
+                          f"scale of z, and how?{hint}")
     return "J removes the directions 1 and z_hat and divides by sigma: 10 times the input, a tenth of the gradient"
 
 
-@exercise_check(may_return_none=True)
+@exercise_check(may_return_none=True, self_check=True)
 def check_post_ln_lr_prediction(post_ln_at_lower_lr) -> str:
     """``post_ln_at_lower_lr``: how post-LN at depth 6 ends without warmup when the learning rate is
     3 times smaller (1e-3): ``"plateau"`` (near the context-free loss), ``"learns"`` (well below it,
@@ -202,6 +215,137 @@ def check_deepnorm_block(deepnorm_block: Callable) -> str:
             if alpha != 1 and torch.allclose(got, block.norm2(h_wrong + alpha * block.ff(h_wrong)), atol=1e-5):
                 raise CheckFailed(f"{what}: alpha multiplies the residual x (the stream), not the "
                                   "sublayer's output")
-        assert_same(got, expected, what=f"{what} (expected h = norm1(alpha x + attn(x)); "
-                                        "norm2(alpha h + ff(h)))", atol=1e-5, rtol=1e-4)
+        assert_same(got, expected, what=f"{what} (post-LN wiring: what does each sublayer read, "
+                                        "where is each norm, and which term does alpha weigh?)", atol=1e-5, rtol=1e-4)
     return f"{len(cases)} DeepNorm blocks; alpha = 1 is plain post-LN"
+
+
+# --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 06) ------
+
+wrong_answer("check_pre_ln_block", "mistake", "both sublayers read x (parallel block, not sequential)", """
+def pre_ln_block(x, config, weights):
+    attn, ff, norm1, norm2 = fundamentallm.block_sublayers(config, weights).values()
+    return x + attn(norm1(x)) + ff(norm2(x))
+""", call="pre_ln_block", message=r"h \+ ff\(norm2\(h\)\)")
+wrong_answer("check_pre_ln_block", "mistake", "norm1 and norm2 swapped", """
+def pre_ln_block(x, config, weights):
+    attn, ff, norm1, norm2 = fundamentallm.block_sublayers(config, weights).values()
+    h = x + attn(norm2(x))
+    return h + ff(norm1(h))
+""", call="pre_ln_block", message=r"norm1")
+wrong_answer("check_pre_ln_block", "edge", "post-LN wiring (norm after the sum)", """
+def pre_ln_block(x, config, weights):
+    attn, ff, norm1, norm2 = fundamentallm.block_sublayers(config, weights).values()
+    h = norm1(x + attn(x))
+    return norm2(h + ff(h))
+""", call="pre_ln_block", message=r"elements differ")
+wrong_answer("check_pre_ln_block", "method", "the package's TransformerBlock", """
+def pre_ln_block(x, config, weights):
+    block = fundamentallm.TransformerBlock(fundamentallm.TransformerConfig(**config)).eval()
+    block.load_state_dict({f"{m}.{k}": v for m, sd in weights.items() for k, v in sd.items()})
+    return block(x)
+""", call="pre_ln_block", message=r"asks you not to use fundamentallm.model.TransformerBlock.forward")
+
+_RMS_RIGHT = """
+def _rms_jacobian(z, weight, eps):
+    C = z.shape[-1]
+    r = torch.sqrt(z.pow(2).mean() + eps)
+    return torch.diag(weight) @ (torch.eye(C, dtype=z.dtype) - torch.outer(z, z) / (C * r ** 2)) / r
+"""
+wrong_answer("check_rms_norm_jacobian", "mistake", "LayerNorm's Jacobian (a mean term RMSNorm does not have)", """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    C = z.shape[-1]
+    r = torch.sqrt(z.var(unbiased=False) + eps)
+    zh = (z - z.mean()) / r
+    return torch.diag(weight) @ (torch.eye(C, dtype=z.dtype) - 1 / C - torch.outer(zh, zh) / C) / r
+""", call="rms_norm_jacobian", message=r"subtract the mean")
+wrong_answer("check_rms_norm_jacobian", "mistake", "the rms treated as a constant: diag(weight) / rms", """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    return torch.diag(weight) / torch.sqrt(z.pow(2).mean() + eps)
+""", call="rms_norm_jacobian", message=r"elements differ")
+wrong_answer("check_rms_norm_jacobian", "edge", "drops eps in the projection term (shows with a large eps)", """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    C = z.shape[-1]
+    r = torch.sqrt(z.pow(2).mean() + eps)
+    return torch.diag(weight) @ (torch.eye(C, dtype=z.dtype) - torch.outer(z, z) / (z.pow(2).sum())) / r
+""", call="rms_norm_jacobian", message=r"not exact")
+wrong_answer("check_rms_norm_jacobian", "mistake", "the transpose (gain on the inputs' side)", _RMS_RIGHT + """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    return _rms_jacobian(z, weight, eps).T
+""", call="rms_norm_jacobian", message=r"transpose")
+wrong_answer("check_rms_norm_jacobian", "method", "autograd's jacobian of a written-out RMSNorm", """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    from torch.autograd.functional import jacobian as jac
+    return jac(lambda v: v / torch.sqrt(v.pow(2).mean() + eps) * weight, z)
+""", call="rms_norm_jacobian", message=r"asks you not to use torch.autograd")
+wrong_answer("check_rms_norm_jacobian", "method", "central finite differences, h = 1e-6", """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    f = lambda v: v / torch.sqrt(v.pow(2).mean() + eps) * weight
+    h, C = 1e-6, z.shape[-1]
+    cols = [(f(z + h * e) - f(z - h * e)) / (2 * h) for e in torch.eye(C, dtype=z.dtype)]
+    return torch.stack(cols, dim=1)
+""", call="rms_norm_jacobian", message=r"finite difference")
+
+wrong_answer("check_sandwich_block", "mistake", "the pre-LN block (no output norms)", """
+def sandwich_block(x, config, weights):
+    attn, ff, n1, n2, n3, n4 = fundamentallm.block_sublayers(config, weights).values()
+    h = x + attn(n1(x))
+    return h + ff(n2(h))
+""", call="sandwich_block", message=r"that is the pre-LN block")
+wrong_answer("check_sandwich_block", "mistake", "norm4 around the sum (normalizes the stream)", """
+def sandwich_block(x, config, weights):
+    attn, ff, n1, n2, n3, n4 = fundamentallm.block_sublayers(config, weights).values()
+    h = x + n3(attn(n1(x)))
+    return n4(h + ff(n2(h)))
+""", call="sandwich_block", message=r"the stream itself is never normalized")
+wrong_answer("check_sandwich_block", "edge", "norm3 and norm4 swapped", """
+def sandwich_block(x, config, weights):
+    attn, ff, n1, n2, n3, n4 = fundamentallm.block_sublayers(config, weights).values()
+    h = x + n4(attn(n1(x)))
+    return h + n3(ff(n2(h)))
+""", call="sandwich_block", message=r"elements differ")
+
+wrong_answer("check_deepnorm_block", "mistake", "alpha on the sublayer's output, not the residual", """
+def deepnorm_block(x, config, weights, alpha):
+    attn, ff, n1, n2 = fundamentallm.block_sublayers(config, weights).values()
+    h = n1(x + alpha * attn(x))
+    return n2(h + alpha * ff(h))
+""", call="deepnorm_block", message=r"alpha multiplies the residual")
+wrong_answer("check_deepnorm_block", "edge", "alpha ignored (plain post-LN)", """
+def deepnorm_block(x, config, weights, alpha):
+    attn, ff, n1, n2 = fundamentallm.block_sublayers(config, weights).values()
+    h = n1(x + attn(x))
+    return n2(h + ff(h))
+""", call="deepnorm_block", message=r"elements differ")
+wrong_answer("check_deepnorm_block", "mistake", "pre-LN wiring with an up-weighted residual", """
+def deepnorm_block(x, config, weights, alpha):
+    attn, ff, n1, n2 = fundamentallm.block_sublayers(config, weights).values()
+    h = alpha * x + attn(n1(x))
+    return alpha * h + ff(n2(h))
+""", call="deepnorm_block", message=r"elements differ")
+
+wrong_answer("check_ln_jacobian_prediction", "mistake", "J 1 in the same direction", """
+ln_jacobian_prediction = {"J_ones": "same direction", "J_zhat": "zero", "norm_ratio": 0.1}
+""", call="ln_jacobian_prediction", message=r"J_ones: rethink")
+wrong_answer("check_ln_jacobian_prediction", "mistake", "J z_hat in another direction", """
+ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "other", "norm_ratio": 0.1}
+""", call="ln_jacobian_prediction", message=r"J_zhat: rethink")
+wrong_answer("check_ln_jacobian_prediction", "mistake", "the norm is unchanged (the output is)", """
+ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "zero", "norm_ratio": 1.0}
+""", call="ln_jacobian_prediction", message=r"how fast it changes")
+wrong_answer("check_ln_jacobian_prediction", "mistake", "ten times larger", """
+ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "zero", "norm_ratio": 10}
+""", call="ln_jacobian_prediction", message=r"scale of z")
+wrong_answer("check_ln_jacobian_prediction", "value", "NaN for the ratio", """
+ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "zero", "norm_ratio": float("nan")}
+""", call="ln_jacobian_prediction", message=r"norm_ratio = nan")
+
+wrong_answer("check_post_ln_lr_prediction", "mistake", "it still plateaus", """
+post_ln_at_lower_lr = "plateau"
+""", call="post_ln_at_lower_lr", message=r"size of the first updates")
+wrong_answer("check_post_ln_lr_prediction", "mistake", "it beats pre-LN", """
+post_ln_at_lower_lr = "better"
+""", call="post_ln_at_lower_lr", message=r"costs progress")
+wrong_answer("check_post_ln_lr_prediction", "value", "an answer outside the three", """
+post_ln_at_lower_lr = "close"
+""", call="post_ln_at_lower_lr", message=r"choose one of")
