@@ -133,7 +133,14 @@ def _ch12_framed_accuracy(frame: Callable) -> dict:
     from torch.utils.data import TensorDataset
 
     from ..config import TransformerConfig
-    from ..data import DIGIT_OFFSET, DIGIT_PAD, DIGIT_STOI, DIGIT_VOCAB, OPERATIONS, digit_operations
+    from ..data import (
+        DIGIT_OFFSET,
+        DIGIT_PAD,
+        DIGIT_STOI,
+        DIGIT_VOCAB,
+        OPERATIONS,
+        digit_operations,
+    )
     from ..model import Transformer
     from ..training import TrainConfig, Trainer
 
