@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -14,6 +14,8 @@ from .core import (
     finite_number,
     is_close_number,
 )
+from .predict import number, require_prediction
+from .wrong import wrong_answer
 
 
 def _ch12_rng(seed: int) -> torch.Generator:
@@ -79,9 +81,11 @@ def _ch12_per_op_reference(preds, labels, operations) -> dict[str, float]:
 @exercise_check
 def check_decoder_framing(frame: Callable) -> str:
     """``frame(op, digits)`` -> a list of at most 16 token strings of ``DIGIT_VOCAB`` (no
-    ``<pad>``), the answer excluded: any lossless framing passes. Lossless means: different
-    examples give different framings, the digit tokens in order are the digits (repeated whole, if
-    at all), and the only operation token is ``op`` itself (so the answer cannot be smuggled in)."""
+    ``<pad>``), the answer excluded. It must be lossless: different examples give different
+    framings, the digit tokens in order are the digits (repeated whole, if at all), and the only
+    operation token is ``op`` itself (so the answer cannot be smuggled in). Then it is measured:
+    the chapter's decoder, trained with the chapter's recipe on the framing, must reach 97%
+    validation accuracy on every operation, which the chapter's ``op ( d1 … dk )`` does not."""
     from ..data import DIGIT_VOCAB, OPERATIONS
 
     g = _ch12_rng(5)
@@ -115,7 +119,64 @@ def check_decoder_framing(frame: Callable) -> str:
             raise CheckFailed(f"{what} and frame{seen[key]} give the same tokens {tokens}: the "
                               f"model could not tell them apart")
         seen[key] = (op, tuple(digits))
-    return f"{n} random examples: a lossless framing (now measure what it does for the decoder)"
+    accuracy = _ch12_framed_accuracy(frame)
+    weak = [op for op, a in accuracy.items() if not a >= _CH12_FRAMING_TARGET]
+    table = ", ".join(f"{op} {a:.1%}" for op, a in accuracy.items())
+    if weak:
+        raise CheckFailed(f"lossless, but the decoder trained on your framing reaches only {table} "
+                          f"validation accuracy ({', '.join(weak)} below {_CH12_FRAMING_TARGET:.0%}). "
+                          f"Which position predicts the answer, and what can its query know, in layer 0, "
+                          f"about the operation and about where the digits end?")
+    return f"{n} random examples lossless; the decoder trained on it: {table} (validation)"
+
+
+_CH12_FRAMING_TARGET = 0.97
+
+
+def _ch12_framed_accuracy(frame: Callable) -> dict:
+    """Train the chapter's decoder (2 layers, 4 heads, d = 64, d_ff = 128) with the chapter's recipe
+    (200 steps of 96, lr 5e-3, warmup 30) on ``frame``'s framing of the chapter's training split;
+    return its validation accuracy per operation."""
+    from torch.utils.data import TensorDataset
+
+    from ..config import TransformerConfig
+    from ..data import (
+        DIGIT_OFFSET,
+        DIGIT_PAD,
+        DIGIT_STOI,
+        DIGIT_VOCAB,
+        OPERATIONS,
+        digit_operations,
+    )
+    from ..model import Transformer
+    from ..training import TrainConfig, Trainer
+
+    task = digit_operations(n_train=6000, n_val=500, n_test=0, min_len=2, max_len=6, seed=0)
+
+    def framed(split):
+        rows = [[DIGIT_STOI[t] for t in frame(op, list(d))] + [DIGIT_OFFSET + int(y)]
+                for op, d, y in zip(split.operations, split.digits, split.labels)]
+        ids = torch.full((len(rows), max(map(len, rows))), DIGIT_PAD)
+        targets = torch.full_like(ids, -100)
+        for i, row in enumerate(rows):
+            ids[i, :len(row)] = torch.tensor(row)
+            targets[i, len(row) - 2] = row[-1]  # predicted at the framing's last token
+        return ids, targets
+
+    config = TransformerConfig(vocab_size=len(DIGIT_VOCAB), d_model=64, num_heads=4, num_layers=2, d_ff=128,
+                               max_seq_len=17, causal=True)
+    recipe = TrainConfig(lr=5e-3, warmup_steps=30, max_steps=200, batch_size=96, weight_decay=0.01,
+                         device="cpu", mixed_precision="off", progress=False, seed=0)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = Transformer(config)
+        Trainer(model, TensorDataset(*framed(task.train)), config=recipe).fit(steps=200)
+    ids, targets = framed(task.val)
+    model.eval()
+    with torch.no_grad():
+        preds = model(ids)[0][targets != -100].argmax(-1) - DIGIT_OFFSET
+    correct = (preds == task.val.labels).float()
+    return {op: correct[torch.tensor([o == op for o in task.val.operations])].mean().item() for op in OPERATIONS}
 
 
 @exercise_check
@@ -158,11 +219,22 @@ def _ch12_mlm_call(mlm_mask: Callable, ids: torch.Tensor, seed: int, **kwargs):
 
 
 @exercise_check
-def check_mlm_mask(mlm_mask: Callable) -> str:
-    """``mlm_mask(input_ids, seed, mask_id, vocab_size, special_ids, select_prob)`` ->
-    ``(corrupted_ids, labels)``: structure checked exactly (labels, untouched positions and special
-    tokens), the 15% / 80-10-10 rates checked statistically (5 standard deviations) on 2,000
-    sequences, and reproducibility from the seed alone."""
+def check_mlm_mask_exact(mlm_mask_exact: Callable, predicted_empty: Any) -> str:
+    """``predicted_empty``: under the per-token rule (each eligible token selected independently
+    with probability 0.15), the fraction of rows with 5 eligible tokens that have none selected.
+    ``mlm_mask_exact(input_ids, seed, mask_id, vocab_size, special_ids, select_prob)`` ->
+    ``(corrupted_ids, labels)``: each row selects exactly the nearest integer to
+    ``select_prob × n`` of its ``n`` eligible tokens (at least one when ``select_prob > 0`` and
+    ``n > 0``), uniformly without replacement; 80/10/10 among them. Structure and counts checked
+    exactly, uniformity and the 80/10/10 shares statistically (5 standard deviations), and
+    reproducibility from the seed alone."""
+    import math
+
+    require_prediction(predicted_empty, "predicted_empty", "a number between 0 and 1")
+    guess = number(predicted_empty, "predicted_empty")
+    if not (abs(guess - 0.85 ** 5) <= 0.005):
+        raise CheckFailed(f"predicted_empty: {guess:g} is not right; each of the 5 tokens is selected "
+                          f"independently: what is the chance that none of them is?")
     V, mask_id, pad, cls = 30, 5, 0, 1
     special = (pad, cls, mask_id)
     kwargs = dict(mask_id=mask_id, vocab_size=V, special_ids=special, select_prob=0.15)
@@ -170,9 +242,10 @@ def check_mlm_mask(mlm_mask: Callable) -> str:
     B, T = 2000, 24
     ids = torch.randint(6, V, (B, T), generator=g)  # ordinary tokens are 6..29
     ids[:, 0] = cls
-    lengths = torch.randint(4, T + 1, (B,), generator=g)
+    lengths = torch.randint(3, T + 1, (B,), generator=g)
     ids[torch.arange(T)[None, :] >= lengths[:, None]] = pad
-    corrupted, labels = _ch12_mlm_call(mlm_mask, ids, 0, **kwargs)
+    corrupted, labels = _ch12_mlm_call(mlm_mask_exact, ids, int(torch.randint(0, 10 ** 6, (1,), generator=g)),
+                                       **kwargs)
     eligible = ~torch.isin(ids, torch.tensor(special))
     selected = labels != -100
     if (selected & ~eligible).any():
@@ -185,46 +258,52 @@ def check_mlm_mask(mlm_mask: Callable) -> str:
         b, t = (int(i) for i in (corrupted != ids).logical_and(~selected).nonzero()[0])
         raise CheckFailed(f"position [{b}, {t}] is not selected (its label is -100) but its token "
                           f"changed from {int(ids[b, t])} to {int(corrupted[b, t])}")
-    if corrupted.min() < 0 or corrupted.max() >= V:
-        raise CheckFailed(f"corrupted ids must lie in [0, vocab_size={V})")
-    n_eligible, n_sel = int(eligible.sum()), int(selected.sum())
+    for b in range(B):
+        n, k = int(eligible[b].sum()), int(selected[b].sum())
+        x = 0.15 * n  # the nearest integer (either one at a tie), at least one, at most n
+        allowed = {max(1, min(n, c)) for c in (math.floor(x + 0.5 + 1e-9), math.ceil(x - 0.5 - 1e-9))} if n else {0}
+        if k not in allowed:
+            raise CheckFailed(f"row {b} has {n} eligible tokens and {k} selected; this rule selects a "
+                              f"fixed number per row, not a random one: the nearest integer to "
+                              f"select_prob × n (at least one)")
+    n_sel = int(selected.sum())
 
     def near(name, value, p, n, slack=0.005):
         tol = 5 * (p * (1 - p) / n) ** 0.5 + slack
         if not is_close_number(value, p, atol=tol):
             raise CheckFailed(f"{name}: expected about {p:.3f}, got {value:.3f} (tolerance {tol:.3f})")
 
-    near("fraction of eligible tokens selected", n_sel / n_eligible, 0.15, n_eligible)
     to_mask = selected & (corrupted == mask_id)
     kept = selected & (corrupted == ids)
     other = selected & (corrupted != mask_id) & (corrupted != ids)
     near("fraction of selected tokens replaced by mask_id", int(to_mask.sum()) / n_sel, 0.8, n_sel)
-    near("fraction of selected tokens left unchanged", int(kept.sum()) / n_sel, 0.1, n_sel)
-    near("fraction of selected tokens replaced by a random token", int(other.sum()) / n_sel, 0.1, n_sel)
-    if len(torch.unique(corrupted[other])) < V // 2:
-        raise CheckFailed(f"the random replacements use only {len(torch.unique(corrupted[other]))} "
-                          f"distinct tokens; draw them uniformly from the vocabulary")
-    # Reproducible from the seed alone (the global RNG must not matter).
+    near("fraction of selected tokens left unchanged", int(kept.sum()) / n_sel, 0.1, n_sel, 0.01)
+    near("fraction of selected tokens replaced by a random token", int(other.sum()) / n_sel, 0.1, n_sel, 0.01)
+    # Uniform over the eligible positions: rows of 20 eligible tokens, 3 selected each.
+    full = torch.randint(6, V, (3000, 21), generator=g)
+    full[:, 0] = cls
+    _, lab = _ch12_mlm_call(mlm_mask_exact, full, 11, **kwargs)
+    rate = (lab[:, 1:] != -100).double().mean(0)
+    tol = 5 * math.sqrt(0.15 * 0.85 / 3000)
+    worst = int((rate - 0.15).abs().argmax())
+    if not (abs(float(rate[worst]) - 0.15) <= tol):
+        raise CheckFailed(f"with 20 eligible tokens per row, position {worst + 1} is selected in "
+                          f"{float(rate[worst]):.1%} of the rows, where every position should be "
+                          f"equally likely: choose the positions uniformly, without replacement")
     small = ids[:64]
     torch.manual_seed(0)
-    a = _ch12_mlm_call(mlm_mask, small, 7, **kwargs)
+    a = _ch12_mlm_call(mlm_mask_exact, small, 7, **kwargs)
     torch.manual_seed(1)
-    b = _ch12_mlm_call(mlm_mask, small, 7, **kwargs)
-    if not (torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])):
+    b2 = _ch12_mlm_call(mlm_mask_exact, small, 7, **kwargs)
+    if not (torch.equal(a[0], b2[0]) and torch.equal(a[1], b2[1])):
         raise CheckFailed("the same seed gave different results: draw every random number from "
                           "torch.Generator().manual_seed(seed), not from torch's global RNG")
-    c = _ch12_mlm_call(mlm_mask, small, 8, **kwargs)
+    c = _ch12_mlm_call(mlm_mask_exact, small, 8, **kwargs)
     if torch.equal(a[1], c[1]):
         raise CheckFailed("different seeds gave the same selection: draw from a generator seeded with `seed`")
-    # Edge probabilities: all eligible tokens, or none.
-    corrupted, labels = _ch12_mlm_call(mlm_mask, small, 9, **{**kwargs, "select_prob": 1.0})
-    if not torch.equal(labels != -100, eligible[:64]):
-        raise CheckFailed("with select_prob=1.0 every non-special token must be selected")
-    corrupted, labels = _ch12_mlm_call(mlm_mask, small, 9, **{**kwargs, "select_prob": 0.0})
-    if (labels != -100).any() or not torch.equal(corrupted, small):
-        raise CheckFailed("with select_prob=0.0 nothing is selected: labels all -100, ids unchanged")
-    return (f"{n_sel / n_eligible:.1%} selected: {int(to_mask.sum()) / n_sel:.1%} mask, "
-            f"{int(other.sum()) / n_sel:.1%} random, {int(kept.sum()) / n_sel:.1%} kept")
+    return (f"exact counts in all {B} rows, uniform positions; {int(to_mask.sum()) / n_sel:.1%} mask, "
+            f"{int(other.sum()) / n_sel:.1%} random, {int(kept.sum()) / n_sel:.1%} kept; under the "
+            f"per-token rule {0.85 ** 5:.1%} of 5-token rows would have been scored nowhere")
 
 
 @exercise_check
@@ -246,4 +325,121 @@ def check_mlm_shares(mlm_shares: Callable) -> str:
             if not is_close_number(finite_number(got[key], repr(key)), value, atol=1e-12):
                 raise CheckFailed(f"vocab_size={vocab_size}, mask_prob={mask_prob}, random_prob={random_prob}: "
                                   f"{key!r} expected {value:.6f}, got {float(got[key]):.6f}")
-    return f"{len(cases)} vocabularies and rules, BERT's included"
+    noise = (0.09 * 0.91 / 6504) ** 0.5
+    return (f"{len(cases)} vocabularies and rules, BERT's included; for the chapter's 6,504 selected "
+            f"tokens the sampling noise of a share near 0.1 is sqrt(p(1-p)/n) = {noise:.4f}")
+
+
+# --- What each check catches (python -m fundamentallm.course catches --chapter 12) -------------
+
+wrong_answer("check_apply_operation", "mistake", "Last as the second-to-last digit (an off-by-one)", """
+def apply_operation(op, digits):
+    rules = {"First": 0, "Second": 1, "Last": -2}
+    if op in rules:
+        return digits[rules[op]]
+    if op in ("Max", "Min"):
+        return max(digits) if op == "Max" else min(digits)
+    raise ValueError(f"op={op!r}; allowed First, Second, Last, Max, Min")
+""", call="apply_operation", message=r"expected")
+wrong_answer("check_apply_operation", "edge", "sorts the caller's list in place", """
+def apply_operation(op, digits):
+    if op not in ("First", "Second", "Last", "Max", "Min"):
+        raise ValueError(f"op={op!r}; allowed First, Second, Last, Max, Min")
+    first, second, last = digits[0], digits[1], digits[-1]
+    digits.sort()
+    return {"First": first, "Second": second, "Last": last, "Max": digits[-1], "Min": digits[0]}[op]
+""", call="apply_operation", message=r"modified its argument")
+wrong_answer("check_apply_operation", "value", "returns None for an unknown operation instead of raising", """
+def apply_operation(op, digits):
+    return {"First": digits[0], "Second": digits[1], "Last": digits[-1], "Max": max(digits),
+            "Min": min(digits)}.get(op)
+""", call="apply_operation", message=r"returned None")
+
+wrong_answer("check_decoder_framing", "method", "the chapter's own framing, unchanged: lossless, but not solved", """
+def frame(op, digits):
+    return [op, "(", *[str(d) for d in digits], ")"]
+""", call="frame", message=r"validation accuracy")
+wrong_answer("check_decoder_framing", "mistake", "smuggles the answer in, as an extra digit", """
+def frame(op, digits):
+    answer = {"First": digits[0], "Second": digits[1], "Last": digits[-1], "Max": max(digits), "Min": min(digits)}[op]
+    return [op, "(", *[str(d) for d in digits], ")", str(answer)]
+""", call="frame", message=r"digit tokens of your framing")
+wrong_answer("check_decoder_framing", "mistake", "drops the operation: the model cannot tell Max from Min", """
+def frame(op, digits):
+    return ["(", *[str(d) for d in digits], ")"]
+""", call="frame", message=r"must name the operation")
+wrong_answer("check_decoder_framing", "edge", "sorts the digits (the positional operations lose their order)", """
+def frame(op, digits):
+    return [op, "(", *[str(d) for d in sorted(digits)], ")", op]
+""", call="frame", message=r"digits in order")
+
+wrong_answer("check_mean_pool", "mistake", "hidden.mean(dim=1): padding averaged in", """
+def mean_pool(hidden, mask):
+    return hidden.mean(dim=1)
+""", call="mean_pool", message=r"output for")
+wrong_answer("check_mean_pool", "mistake", "masks the padding but divides by T", """
+def mean_pool(hidden, mask):
+    return (hidden * mask.to(hidden.dtype).unsqueeze(-1)).sum(1) / hidden.shape[1]
+""", call="mean_pool", message=r"output for")
+wrong_answer("check_mean_pool", "edge", "assumes the padding is at the end (counts a prefix)", """
+def mean_pool(hidden, mask):
+    n = mask.long().sum(1)
+    return torch.stack([hidden[b, :int(n[b])].mean(0) for b in range(hidden.shape[0])])
+""", call="mean_pool", message=r"padding in the middle")
+
+_EXACT = """
+def exact(input_ids, seed, mask_id=2, vocab_size=20, special_ids=(0, 1), select_prob=0.15, *, uniform=True):
+    g = torch.Generator().manual_seed(seed)
+    shape = input_ids.shape
+    eligible = ~torch.isin(input_ids, torch.tensor(special_ids, dtype=input_ids.dtype))
+    n = eligible.sum(1)
+    k = torch.minimum((select_prob * n).round().long().clamp(min=1), n)
+    if uniform:
+        keys = torch.rand(shape, generator=g).masked_fill(~eligible, 2.0)
+    else:  # the first eligible positions of each row
+        keys = torch.arange(shape[1], dtype=torch.float).expand(shape).masked_fill(~eligible, 1e9)
+    selected = keys.argsort(1).argsort(1) < k[:, None]
+    labels = torch.where(selected, input_ids, -100)
+    u = torch.rand(shape, generator=g)
+    rand = torch.randint(vocab_size, shape, generator=g)
+    out = torch.where(selected & (u < 0.8), mask_id, input_ids)
+    return torch.where(selected & (u >= 0.8) & (u < 0.9), rand, out), labels
+"""
+wrong_answer("check_mlm_mask_exact", "method", "the chapter's per-token rule (mask_tokens), copied", """
+def per_token(input_ids, seed, mask_id=2, vocab_size=20, special_ids=(0, 1), select_prob=0.15):
+    g = torch.Generator().manual_seed(seed)
+    special = torch.isin(input_ids, torch.tensor(special_ids, dtype=input_ids.dtype))
+    labels, inputs = input_ids.clone(), input_ids.clone()
+    shape = input_ids.shape
+    selected = torch.bernoulli(torch.full(shape, select_prob).masked_fill(special, 0.0), generator=g).bool()
+    labels[~selected] = -100
+    to_mask = torch.bernoulli(torch.full(shape, 0.8), generator=g).bool() & selected
+    inputs[to_mask] = mask_id
+    to_random = torch.bernoulli(torch.full(shape, 0.5), generator=g).bool() & selected & ~to_mask
+    inputs[to_random] = torch.randint(vocab_size, shape, generator=g)[to_random]
+    return inputs, labels
+""", call="per_token, 0.85 ** 5", message=r"fixed number per row")
+wrong_answer("check_mlm_mask_exact", "mistake", "the right counts, but always the first eligible positions", _EXACT,
+             call="lambda *a, **k: exact(*a, **k, uniform=False), 0.85 ** 5", message=r"equally likely")
+wrong_answer("check_mlm_mask_exact", "mistake", "predicts 0.15 ** 5 (all five selected) for no token selected", _EXACT,
+             call="exact, 0.15 ** 5", message=r"predicted_empty: .* not right")
+wrong_answer("check_mlm_mask_exact", "edge", "draws from the global generator: not reproducible from the seed", _EXACT + """
+def global_rng(input_ids, seed, *args, **kwargs):
+    return exact(input_ids, int(torch.randint(0, 10 ** 6, (1,))), *args, **kwargs)
+""", call="global_rng, 0.85 ** 5", message=r"same seed gave different results")
+wrong_answer("check_mlm_mask_exact", "value", "a NaN prediction", _EXACT, call="exact, float('nan')", message=r"not right")
+
+wrong_answer("check_mlm_shares", "mistake", "the rule's 80/10/10, ignoring that a random draw can hit <mask> or the original", """
+def shares(vocab_size, mask_prob=0.8, random_prob=0.1):
+    return {"mask": mask_prob, "random": random_prob, "unchanged": 1 - mask_prob - random_prob}
+""", call="shares", message=r"expected")
+wrong_answer("check_mlm_shares", "mistake", "counts the hits on the original but not on <mask>", """
+def shares(vocab_size, mask_prob=0.8, random_prob=0.1):
+    hit = random_prob / vocab_size
+    return {"mask": mask_prob, "random": random_prob - hit, "unchanged": 1 - mask_prob - random_prob + hit}
+""", call="shares", message=r"expected")
+wrong_answer("check_mlm_shares", "value", "NaN where the draw is undefined (a 0/0)", """
+def shares(vocab_size, mask_prob=0.8, random_prob=0.1):
+    hit = random_prob / vocab_size
+    return {"mask": float("nan"), "random": random_prob - 2 * hit, "unchanged": 1 - mask_prob - random_prob + hit}
+""", call="shares", message=r"expected")

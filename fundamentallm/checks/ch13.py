@@ -199,29 +199,463 @@ def check_first_divergence(first_divergence: Callable) -> str:
     return f"{len(cases)} pairs of weights: the first differing submodule found each time"
 
 
+def _ch13_source(h: int, t: int, d: int, T: int, C: int, H: int) -> int:
+    return ((h * T + t) * (C // H) + d) // C
+
+
 @exercise_check
-def check_scrambled_tokens(scrambled_tokens: Callable, predicted_row: Any) -> str:
-    """``scrambled_tokens(T, C, H)`` -> ``(H, T, C // H)`` int tensor: entry ``[h, t, d]`` is the token
-    whose channel lands at head ``h``, row ``t``, channel ``d`` of the buggy ``x.reshape(B, H, T, D)``
-    of a ``(B, T, C)`` tensor ``x``. ``predicted_row``: the tokens whose channels row t = 1 of head 1
-    holds for T = 4, C = 8, H = 2 (a sorted list of distinct ints), predicted before measuring."""
+def check_source_token(source_token: Callable, predicted_row: Any) -> str:
+    """``predicted_row``: the tokens whose channels row t = 1 of head 1 holds for T = 4, C = 8,
+    H = 2 (a sorted list of distinct ints), predicted on paper. ``source_token(h, t, d, T, C, H)``
+    -> the index of the token whose channel lands at head ``h``, row ``t``, channel ``d`` of the
+    buggy ``x.reshape(B, H, T, D)`` of a ``(B, T, C)`` tensor, derived from the memory order:
+    checked on every element of small shapes and on sampled elements of shapes whose tensor
+    (2^40 elements) no machine holds, so that reshaping an ``arange`` cannot answer it."""
     require_prediction(predicted_row, "predicted_row", "a sorted list of token indices")
-    truth = sorted(set((torch.arange(32).view(4, 8).reshape(2, 4, 4)[1, 1] // 8).tolist()))
+    truth = sorted({_ch13_source(1, 1, d, 4, 8, 2) for d in range(4)})
     if sorted(set(int_list(predicted_row, "predicted_row"))) != truth:
-        raise CheckFailed(f"predicted_row: {sorted(set(predicted_row))} is not what row t = 1 of head 1 "
-                          f"holds; the buffer is read in memory order: head 1 starts at flat position "
-                          f"T·D = 16, and token i owns positions 8i..8i+7")
-    cases = [(3, 4, 2), (4, 8, 2), (5, 6, 3), (16, 64, 4), (2, 2, 2), (6, 12, 1)]
-    for T, C, H in cases:
+        raise CheckFailed(f"predicted_row: the {len(set(predicted_row))} token(s) you listed are not what "
+                          f"row t = 1 of head 1 holds; the buffer is read in memory order: where does "
+                          f"head 1 start, and which flat positions does each token own?")
+    for T, C, H in [(3, 4, 2), (4, 8, 2), (5, 6, 3), (16, 64, 4), (2, 2, 2), (6, 12, 1)]:
         D = C // H
-        expected = torch.arange(T * C).view(1, T, C).reshape(1, H, T, D)[0] // C
-        got = scrambled_tokens(T, C, H)
-        if got is None:
-            raise CheckFailed(f"T={T}, C={C}, H={H}: got None -- return an (H, T, D) tensor of token indices")
+        for h in range(H):
+            for t in range(T):
+                for d in range(D):
+                    got = source_token(h, t, d, T, C, H)
+                    want = _ch13_source(h, t, d, T, C, H)
+                    if isinstance(got, bool) or not isinstance(got, (int, np.integer, torch.Tensor)) \
+                            or int(got) != want:
+                        raise CheckFailed(f"T={T}, C={C}, H={H}: the token behind [h, t, d] = "
+                                          f"[{h}, {t}, {d}] is not {got!r}; find the flat position "
+                                          f"of that element, then the token that owns it")
+    g = _ch13_rng(5)
+    big = [(2 ** 24, 2 ** 16, 2 ** 6), (3 * 2 ** 22, 3 * 2 ** 15, 3 * 2 ** 5)]
+    for T, C, H in big:
+        D = C // H
+        for _ in range(20):
+            h, t, d = (int(torch.randint(0, n, (1,), generator=g)) for n in (H, T, D))
+            try:
+                got = source_token(h, t, d, T, C, H)
+            except (MemoryError, RuntimeError) as e:
+                raise CheckFailed(f"T={T:,}, C={C:,}, H={H}: your function could not run "
+                                  f"({type(e).__name__}): a tensor of T·C = {T * C:.1e} elements fits "
+                                  f"in no memory; derive the index from the memory order instead of "
+                                  f"building the tensor") from None
+            want = _ch13_source(h, t, d, T, C, H)
+            if isinstance(got, bool) or not isinstance(got, (int, np.integer, torch.Tensor)) or int(got) != want:
+                raise CheckFailed(f"T={T:,}, C={C:,}, H={H}: the token behind [h, t, d] = [{h}, {t}, {d}] "
+                                  f"is not {got!r}; find the flat position of that element, then the "
+                                  f"token that owns it")
+    ahead = [t for t in range(16) if any(int(source_token(h, t, d, 16, 64, 4)) > t
+                                         for h in range(4) for d in range(16))]
+    return (f"every element of 6 small shapes, and 40 elements of two shapes of 2^40 numbers; with "
+            f"T = 16, C = 64, H = 4 your function finds rows {ahead[0]}..{ahead[-1]} "
+            f"({len(ahead)} rows) holding a channel of a later token")
+
+
+def _ch13_config(seed: int) -> dict:
+    g = _ch13_rng(seed)
+    heads = (2, 4, 8)[int(torch.randint(0, 3, (1,), generator=g))]
+    return dict(vocab_size=int(torch.randint(12, 40, (1,), generator=g)), d_model=8 * heads,
+                num_heads=heads, num_layers=int(torch.randint(1, 4, (1,), generator=g)),
+                max_seq_len=int(torch.randint(6, 13, (1,), generator=g)))
+
+
+def _ch13_future_leak(model: Callable, ids: torch.Tensor, vocab: int):
+    """(t, s) of the first position s < t whose logits move when token t changes, or None."""
+    with torch.no_grad():
+        base = model(ids)
+        for t in range(1, ids.shape[1]):
+            changed = ids.clone()
+            changed[:, t] = (changed[:, t] + 1) % vocab
+            moved = (model(changed) - base)[:, :t].abs().amax(dim=(0, 2))
+            if (moved > 1e-6).any():
+                return t, int((moved > 1e-6).nonzero()[0])
+    return None
+
+
+@exercise_check(forbidden=("fundamentallm.model.Transformer.forward", "fundamentallm.model.TransformerBlock.forward",
+                           "fundamentallm.attention.MultiHeadAttention.forward"))
+def check_fixed_model(fixed_model: Callable) -> str:
+    """``fixed_model(config)`` -> the colleague's model with its bug fixed, built from a
+    ``TransformerConfig``. On fresh sizes and weights: the same parameters (names and shapes) as the
+    colleague's model (which has ``fundamentallm.Transformer``'s), no position reads a later token
+    (the symptom is gone), and its logits equal a correct decoder's (``fundamentallm.Transformer``)
+    with the same weights on fresh inputs (nothing else changed)."""
+    from torch import nn
+
+    from ..config import TransformerConfig
+    from ..model import Transformer
+
+    for n in range(3):
+        config = TransformerConfig(**_ch13_config(n))
+        with torch.random.fork_rng():
+            torch.manual_seed(int(torch.randint(0, 2 ** 31 - 1, (1,), generator=_ch13_rng(10 + n))))
+            reference = Transformer(config).eval()
+            fixed = fixed_model(config)
+        if not isinstance(fixed, nn.Module):
+            raise CheckFailed(f"fixed_model(config) must return the model (an nn.Module), got "
+                              f"{type(fixed).__name__}")
+        if isinstance(fixed, Transformer):
+            raise CheckFailed("fixed_model must return the colleague's model, fixed, not fundamentallm's Transformer")
+        fixed.eval()
+        # trained-looking weights: away from the small initialisation, where every output is small
+        g = _ch13_rng(15 + n)
+        state = {k: (v + 0.3 * torch.randn(v.shape, generator=g)).double() for k, v in reference.state_dict().items()}
+        reference, fixed = reference.double(), fixed.double()
+        reference.load_state_dict(state)
+        shapes = {k: tuple(v.shape) for k, v in reference.state_dict().items()}
+        mine = {k: tuple(v.shape) for k, v in fixed.state_dict().items()}
+        if mine != shapes:
+            extra = sorted(set(mine) ^ set(shapes)) or [k for k in mine if mine[k] != shapes[k]]
+            raise CheckFailed(f"your model's parameters differ from the colleague's ({extra[:3]}): a fix "
+                              f"should not add, remove, rename or reshape weights")
+        fixed.load_state_dict(state)
+        what = (f"vocab {config.vocab_size}, d_model {config.d_model}, {config.num_heads} heads, "
+                f"{config.num_layers} layer(s), T = {config.max_seq_len}")
+        ids = torch.randint(0, config.vocab_size, (3, config.max_seq_len), generator=_ch13_rng(20 + n))
+        leak = _ch13_future_leak(fixed, ids, config.vocab_size)
+        if leak is not None:
+            raise CheckFailed(f"{what}: the logits at position {leak[1]} move when token {leak[0]} "
+                              f"changes: your model still reads the future")
+        with torch.no_grad():
+            got, (want, _) = fixed(ids), reference(ids)
         got = torch.as_tensor(got)
-        check_shape(got, (H, T, D), f"scrambled_tokens({T}, {C}, {H})")
-        if not torch.equal(got.long(), expected):
-            bad = (got.long() != expected).nonzero()[0].tolist()
-            raise CheckFailed(f"T={T}, C={C}, H={H}: at [h, t, d] = {bad} expected token "
-                              f"{int(expected[tuple(bad)])}, got {int(got[tuple(bad)])}")
-    return f"{len(cases)} shapes: the token behind every element of the wrong split"
+        if got.shape != want.shape or not torch.allclose(got, want, atol=1e-8, rtol=1e-7):
+            diff = (got - want).abs().max().item() if got.shape == want.shape else float("nan")
+            raise CheckFailed(f"{what}: your model is causal now, but its logits differ from a correct "
+                              f"decoder's with the same weights (max |diff| {diff:.3g}): the fix changed "
+                              f"something else, or mended the symptom but not its cause")
+    return ("3 fresh configurations: same parameters, no leak, logits equal to a correct decoder's "
+            "with the same weights")
+
+
+def _ch13_reference_train(model, data, steps, lr, seed, batch, block):
+    from ..data import get_batch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    g = torch.Generator().manual_seed(seed)
+    losses, norms = [], []
+    for _ in range(steps):
+        x, y = get_batch(data, batch, block, generator=g)
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        norms.append(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]).norm().item())
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, norms
+
+
+class _ch13_LogitsOnly(torch.nn.Module):
+    """``fundamentallm.Transformer`` returning its logits alone, as the chapter's models do."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(ids)[0]
+
+
+@exercise_check(may_return_none=False)
+def check_fixed_train(fixed_train: Callable) -> str:
+    """``fixed_train(model, data, steps, lr, seed, batch, block)`` -> ``(losses, grad_norms)``: the
+    colleague's training loop with its bug fixed. Run on fresh models and data next to a correct
+    loop with the same arguments: the same loss and gradient norm at every step (the symptom is
+    gone) and the same weights at the end (nothing else changed)."""
+    from ..config import TransformerConfig
+    from ..model import Transformer
+
+    for n in range(2):
+        config = TransformerConfig(**{**_ch13_config(30 + n), "max_seq_len": 8})
+        gd = _ch13_rng(40 + n)
+        # data with structure to learn: a noisy repeating pattern
+        pattern = torch.randint(0, config.vocab_size, (7,), generator=gd)
+        data = pattern.repeat(60)
+        noise = torch.rand(len(data), generator=gd) < 0.2
+        data[noise] = torch.randint(0, config.vocab_size, (int(noise.sum()),), generator=gd)
+        with torch.random.fork_rng():
+            torch.manual_seed(int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gd)))
+            yours, correct = (_ch13_LogitsOnly(Transformer(config)) for _ in range(2))
+        correct.load_state_dict(yours.state_dict())
+        steps, lr, seed = 10, 1e-2, int(torch.randint(0, 1000, (1,), generator=gd))
+        with torch.random.fork_rng():
+            out = fixed_train(yours.train(), data.clone(), steps, lr=lr, seed=seed, batch=8, block=8)
+        ref_losses, ref_norms = _ch13_reference_train(correct.train(), data, steps, lr, seed, 8, 8)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise CheckFailed(f"expected (losses, grad_norms), got {type(out).__name__}")
+        losses, norms = (list(map(float, v)) for v in out)
+        if len(losses) != steps or len(norms) != steps:
+            raise CheckFailed(f"{steps} steps gave {len(losses)} losses and {len(norms)} gradient norms; "
+                              f"record one of each per step")
+        for k in range(steps):
+            if not (abs(losses[k] - ref_losses[k]) <= 1e-4 * abs(ref_losses[k])):
+                raise CheckFailed(f"step {k}: your loop's loss {losses[k]:.4f} differs from a correct "
+                                  f"loop's on the same batch ({ref_losses[k]:.4f}): from this step on "
+                                  f"the weights (or the batch) are not what they should be")
+            if not (abs(norms[k] - ref_norms[k]) <= 1e-4 * ref_norms[k] + 1e-8):
+                raise CheckFailed(f"step {k}: the gradient norm you record ({norms[k]:.4g}) is not that "
+                                  f"of this step's batch at the current weights ({ref_norms[k]:.4g} in a "
+                                  f"correct loop)")
+        for (name, a), b in zip(yours.state_dict().items(), correct.state_dict().values()):
+            if not torch.allclose(a, b, atol=1e-5, rtol=1e-4):
+                raise CheckFailed(f"the losses and gradient norms agree, but after the last step the "
+                                  f"weights differ ({name}): the update itself changed (the optimizer, "
+                                  f"its settings, or what happens after the last backward)")
+    return "2 fresh models and data sets: every loss, every gradient norm and the final weights agree"
+
+
+# --- What each check catches (python -m fundamentallm.course catches --chapter 13) -------------
+from .wrong import wrong_answer  # noqa: E402
+
+_NAN = """
+def good(pairs):
+    return [n for n, t in pairs if t is not None and t.is_floating_point() and not torch.isfinite(t).all()]
+"""
+wrong_answer("check_find_nan_or_inf", "mistake", "looks for NaN only (misses +-inf, where NaNs are born)", """
+def find(pairs):
+    return [n for n, t in pairs if t is not None and torch.isnan(t).any()]
+""", call="find", message=r"expected")
+wrong_answer("check_find_nan_or_inf", "mistake", "looks for inf only", """
+def find(pairs):
+    return [n for n, t in pairs if t is not None and torch.isinf(t).any()]
+""", call="find", message=r"expected")
+wrong_answer("check_find_nan_or_inf", "edge", "crashes on a None gradient", """
+def find(pairs):
+    return [n for n, t in pairs if not torch.isfinite(t).all()]
+""", call="find", message=r"raised|expected")
+wrong_answer("check_find_nan_or_inf", "value", "returns how many, not which", _NAN,
+             call="lambda pairs: len(good(pairs))", message=r"check_find_nan_or_inf")
+
+_SPIKES = """
+def spikes(losses, factor=2.0, window=10):
+    out = []
+    for i, loss in enumerate(losses):
+        if not math.isfinite(loss):
+            out.append(i)
+            continue
+        before = [x for x in losses[max(0, i - window):i] if math.isfinite(x)]
+        if before and loss > factor * sum(before) / len(before):
+            out.append(i)
+    return out
+"""
+wrong_answer("check_detect_loss_spike", "mistake", "compares with the previous step only", """
+def spikes(losses, factor=2.0, window=10):
+    return [i for i, x in enumerate(losses)
+            if not math.isfinite(x) or (i and math.isfinite(losses[i - 1]) and x > factor * losses[i - 1])]
+""", call="spikes", message=r"expected")
+wrong_answer("check_detect_loss_spike", "edge", "never flags NaN (NaN > x is False) and lets NaN into the window", """
+def spikes(losses, factor=2.0, window=10):
+    out = []
+    for i, x in enumerate(losses):
+        prev = losses[max(0, i - window):i]
+        if prev and x > factor * sum(prev) / len(prev):
+            out.append(i)
+    return out
+""", call="spikes", message=r"expected")
+wrong_answer("check_detect_loss_spike", "mistake", "ignores the window: the mean of every earlier step", _SPIKES,
+             call="lambda losses, factor=2.0, window=10: spikes(losses, factor, len(losses) + 1)", message=r"expected")
+
+_ROWS = """
+def bad_rows(w, atol=1e-5):
+    finite = torch.isfinite(w)
+    safe = torch.where(finite, w, torch.zeros_like(w))
+    return ~(finite.all(-1) & ((safe.sum(-1) - 1).abs() <= atol) & (safe.amin(-1) >= 0))
+"""
+wrong_answer("check_bad_attention_rows", "mistake", "checks the sums only (misses NaN and negative entries)", """
+def bad_rows(w, atol=1e-5):
+    return (w.sum(-1) - 1).abs() > atol
+""", call="bad_rows", message=r"should be flagged")
+wrong_answer("check_bad_attention_rows", "mistake", "the flags inverted (True for the good rows)", _ROWS,
+             call="lambda w, atol=1e-5: ~bad_rows(w, atol)", message=r"should be flagged")
+wrong_answer("check_bad_attention_rows", "edge", "misses negative entries whose row still sums to 1", """
+def bad_rows(w, atol=1e-5):
+    finite = torch.isfinite(w)
+    safe = torch.where(finite, w, torch.zeros_like(w))
+    return ~(finite.all(-1) & ((safe.sum(-1) - 1).abs() <= atol))
+""", call="bad_rows", message=r"should be flagged")
+
+_DIVERGE = """
+def outputs(config, state, ids):
+    model = fundamentallm.Transformer(fundamentallm.TransformerConfig(**config)).eval()
+    model.load_state_dict(state)
+    out, handles = [], []
+    for name, module in model.named_modules():
+        if name:
+            handles.append(module.register_forward_hook(lambda m, i, o, name=name: out.append((name, o))))
+    with torch.no_grad():
+        model(ids)
+    for h in handles:
+        h.remove()
+    return [(n, o) for n, o in out if isinstance(o, torch.Tensor)]
+
+
+def differing(config, a, b, ids, atol):
+    other = dict(outputs(config, b, ids))
+    return [n for n, o in outputs(config, a, ids)
+            if n in other and (o.shape != other[n].shape or (o - other[n]).abs().max() > atol)]
+"""
+wrong_answer("check_first_divergence", "mistake", "returns the last differing submodule, not the first", _DIVERGE,
+             call="lambda c, a, b, ids, atol=1e-5: (differing(c, a, b, ids, atol) or [None])[-1]",
+             message=r"expected 'blocks\.1\.ff\.up', got")
+wrong_answer("check_first_divergence", "method", "compares parameters instead of outputs", """
+def params(config, a, b, ids, atol=1e-5):
+    for n, p in a.items():
+        if (p - b[n]).abs().max() > atol:
+            return n.rsplit(".", 1)[0]
+    return None
+""", call="params", message=r"compare outputs, not parameters")
+wrong_answer("check_first_divergence", "edge", "a looser tolerance than asked: misses a small real change", _DIVERGE,
+             call="lambda c, a, b, ids, atol=1e-5: (differing(c, a, b, ids, 1e-3) or [None])[0]",
+             message=r"above atol=1e-5\): expected 'blocks\.0\.norm1', got None")
+
+_SOURCE = """
+def source(h, t, d, T, C, H):
+    return ((h * T + t) * (C // H) + d) // C
+"""
+wrong_answer("check_source_token", "method", "reshapes an arange instead of deriving the index", """
+def source(h, t, d, T, C, H):
+    return int(torch.arange(T * C).view(T, C).reshape(H, T, C // H)[h, t, d] // C)
+""", call="source, [2]", message=r"fits\s+in no memory")
+wrong_answer("check_source_token", "mistake", "the right split's token (t): assumes the reshape keeps tokens together",
+             "def source(h, t, d, T, C, H):\n    return t\n", call="source, [2]", message=r"find the flat position")
+wrong_answer("check_source_token", "mistake", "divides the flat position by D (channels per head), not C", """
+def source(h, t, d, T, C, H):
+    return ((h * T + t) * (C // H) + d) // (C // H)
+""", call="source, [2]", message=r"find the flat position")
+wrong_answer("check_source_token", "mistake", "predicts row 1 of head 1 holds token 1", _SOURCE,
+             call="source, [1]", message=r"predicted_row: .* not what")
+wrong_answer("check_source_token", "value", "a prediction that is not a list", _SOURCE,
+             call="source, '2'", message=r"must be a list of ints")
+
+_COLLEAGUE = '''
+class Attention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.num_heads = HEADS or config.num_heads
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        H = self.num_heads
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=-1))
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(C // H) if SCALE else 1.0)
+        allowed = torch.ones(T, T, dtype=torch.bool).tril(diagonal=DIAGONAL)
+        weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+        return self.out_proj((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
+        self.attn = Attention(config)
+        self.ff = nn.Module()
+        self.ff.up = nn.Linear(config.d_model, 4 * config.d_model)
+        self.ff.down = nn.Linear(4 * config.d_model, config.d_model)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.ff.down(F.gelu(self.ff.up(self.norm2(x)), approximate="tanh"))
+
+
+class LM(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos_encoding = nn.Module()
+        self.pos_encoding.weight = nn.Parameter(torch.zeros(config.max_seq_len, config.d_model))
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.norm_f = nn.LayerNorm(config.d_model)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head.weight = self.token_embedding.weight
+
+    def forward(self, ids):
+        x = self.token_embedding(ids) + self.pos_encoding.weight[:ids.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.norm_f(x))
+
+
+def model_class(diagonal=0, heads=None, scale=True):
+    ns = dict(globals(), DIAGONAL=diagonal, HEADS=heads, SCALE=scale)
+    exec(SOURCE, ns)
+    return ns["LM"]
+
+
+Colleague = model_class(diagonal=1)
+'''
+_COLLEAGUE = "SOURCE = " + repr(_COLLEAGUE.split("\n\ndef model_class")[0]) + "\n" + _COLLEAGUE
+wrong_answer("check_fixed_model", "mistake", "hands back the colleague's model unchanged", _COLLEAGUE,
+             call="Colleague", message=r"still reads the future")
+wrong_answer("check_fixed_model", "mistake", "over-corrects the mask (tril(-1)): no position sees itself", _COLLEAGUE,
+             call="model_class(diagonal=-1)", message=r"changed\s+something else")
+wrong_answer("check_fixed_model", "mistake", "fixes the mask and drops the 1/sqrt(D) scaling", _COLLEAGUE,
+             call="model_class(scale=False)", message=r"changed\s+something else")
+wrong_answer("check_fixed_model", "edge", "fixes the mask with the chapter's 4 heads written in", _COLLEAGUE,
+             call="model_class(heads=4)", message=r"changed\s+something else|could not use")
+wrong_answer("check_fixed_model", "method", "calls fundamentallm.Transformer's forward on the colleague's weights",
+             _COLLEAGUE + """
+class Wrapped(Colleague):
+    def forward(self, ids):
+        return fundamentallm.model.Transformer.forward(self, ids)[0]
+""", call="Wrapped", message=r"asks you not to use .*Transformer")
+wrong_answer("check_fixed_model", "value", "a fix that renames a weight", _COLLEAGUE + """
+Fixed = model_class()
+
+
+class Renamed(Fixed):
+    def __init__(self, config):
+        super().__init__(config)
+        self.final_norm = self.norm_f
+        del self.norm_f
+
+    def forward(self, ids):
+        self.norm_f = self.final_norm
+        return super().forward(ids)
+""", call="Renamed", message=r"should not add, remove, rename")
+
+_LOOP = """
+from fundamentallm.data import get_batch
+
+
+def loop(model, data, steps, lr=3e-3, seed=0, batch=16, block=16, *, zero="each", lr_scale=1.0, clip=None,
+         opt="adamw"):
+    if opt == "adamw":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr * lr_scale, betas=(0.9, 0.95), weight_decay=0.0)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr * lr_scale)
+    g = torch.Generator().manual_seed(seed)
+    losses, norms = [], []
+    if zero == "once":
+        optimizer.zero_grad()
+    for step in range(steps):
+        x, y = get_batch(data, batch, block, generator=g)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        if zero == "each" or (zero == "even" and step % 2 == 0):
+            optimizer.zero_grad()
+        loss.backward()
+        norms.append(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]).norm().item())
+        if zero == "before_step":
+            optimizer.zero_grad()
+        if clip:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, norms
+"""
+wrong_answer("check_fixed_train", "mistake", "the colleague's loop unchanged: gradients accumulate", _LOOP,
+             call="lambda *a, **k: loop(*a, **k, zero='once')", message=r"gradient norm you record")
+wrong_answer("check_fixed_train", "mistake", "zero_grad between backward and step: nothing is ever updated", _LOOP,
+             call="lambda *a, **k: loop(*a, **k, zero='before_step')", message=r"loss .* differs")
+wrong_answer("check_fixed_train", "mistake", "tames the symptom with a 10x smaller learning rate", _LOOP,
+             call="lambda *a, **k: loop(*a, **k, zero='once', lr_scale=0.1)", message=r"differs|gradient norm")
+wrong_answer("check_fixed_train", "mistake", "fixes zero_grad and adds gradient clipping", _LOOP,
+             call="lambda *a, **k: loop(*a, **k, clip=0.05)", message=r"differs|gradient norm")
+wrong_answer("check_fixed_train", "edge", "zeroes the gradients every other step", _LOOP,
+             call="lambda *a, **k: loop(*a, **k, zero='even')", message=r"gradient norm you record")
+wrong_answer("check_fixed_train", "mistake", "fixes zero_grad and swaps AdamW for SGD", _LOOP,
+             call="lambda *a, **k: loop(*a, **k, opt='sgd')", message=r"differs")

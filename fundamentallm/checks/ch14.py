@@ -8,6 +8,7 @@ import torch
 
 from .core import CheckFailed, assert_same, check_shape, exercise_check
 from .predict import int_list, number, require_prediction
+from .wrong import wrong_answer
 
 
 def _ch14_rng(seed: int) -> torch.Generator:
@@ -36,102 +37,164 @@ def check_repeat_kv(repeat_kv: Callable) -> str:
     return f"{len(cases)} shapes, multi-query and plain multi-head included"
 
 
-@exercise_check
-def check_window_mask_at(window_mask_at: Callable) -> str:
-    """``window_mask_at(num_queries, num_keys, start, W)``: boolean ``(num_queries, num_keys)``,
-    True where query i (at absolute position ``start + i``) may read cached key j, i.e.
-    ``0 <= start + i - j < W``; compared with a double loop."""
-    cases = [(6, 6, 0, 3, "a whole sequence (start 0)"), (1, 9, 8, 3, "one decoding step at position 8"),
-             (3, 10, 7, 4, "a 3-token chunk after 7 cached tokens"), (1, 5, 4, 1, "window 1"),
-             (2, 6, 4, 10, "W larger than the cache (plain causal)"), (4, 4, 0, 4, "W = T"),
-             (2, 8, 3, 3, "a preallocated cache: keys after the queries")]
-    for nq, nk, start, W, what in cases:
-        label = f"num_queries={nq}, num_keys={nk}, start={start}, W={W} ({what})"
-        got = window_mask_at(nq, nk, start, W)
-        if not isinstance(got, torch.Tensor):
-            raise CheckFailed(f"{label}: expected a torch.Tensor, got {type(got).__name__}")
-        if got.dtype != torch.bool:
-            raise CheckFailed(f"{label}: expected a boolean mask (True = may attend), got {got.dtype}")
-        check_shape(got, (nq, nk), what=f"mask for {label}")
-        expected = torch.tensor([[0 <= start + i - j < W for j in range(nk)] for i in range(nq)])
-        if not torch.equal(got, expected):
-            i, j = (int(v) for v in (got != expected).nonzero()[0])
-            raise CheckFailed(f"{label}: query {i} (position {start + i}) and key {j} should be "
-                              f"{'allowed' if bool(expected[i, j]) else 'masked'}; a query at "
-                              f"position p sees keys p - W + 1 .. p")
-    return f"{len(cases)} cases: whole sequences, single decoding steps, chunks after a cache, a preallocated cache"
+def _ch14_window_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, W: int) -> torch.Tensor:
+    """Windowed causal attention over a whole sequence, (B, H, T, D) each -> (B, H, T, D)."""
+    T = q.shape[-2]
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = (i - j >= 0) & (i - j < W)
+    scores = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+    return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
 
 
-@exercise_check
-def check_load_balancing_loss(load_balancing_loss: Callable) -> str:
-    """``load_balancing_loss(router_probs (N, E), top_idx (N, k), num_experts)`` -> scalar
-    ``E · Σ_e f_e P_e``, with a gradient to ``router_probs`` through ``P_e`` only."""
+@exercise_check(pure=False)
+def check_rolling_window_step(rolling_window_step: Callable) -> str:
+    """``rolling_window_step(q, k, v, cache_k, cache_v, pos)`` -> ``(out, cache_k, cache_v)``: one
+    decoding step of sliding-window attention with a rolling buffer of W slots (the key and value
+    of absolute position p live in slot ``p % W``). Run position by position over sequences longer
+    than the window, from buffers full of garbage, and compared with windowed causal attention over
+    the whole sequence."""
+    g = _ch14_rng(1)
+    cases = [("B=2, H=3, D=5, W=4, 11 tokens", 2, 3, 5, 4, 11),
+             ("B=1, H=2, D=8, W=3, 10 tokens", 1, 2, 8, 3, 10),
+             ("W=1 (each token reads only itself), 5 tokens", 1, 2, 4, 1, 5),
+             ("W=6 longer than the 4 tokens (plain causal)", 2, 1, 4, 6, 4)]
+    for what, B, H, D, W, T in cases:
+        q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
+        expected = _ch14_window_reference(q, k, v, W)
+        # slots never written hold garbage: reading them changes the output
+        cache_k = 30 * torch.randn(B, H, W, D, generator=g, dtype=torch.float64)
+        cache_v = 30 * torch.randn(B, H, W, D, generator=g, dtype=torch.float64)
+        for pos in range(T):
+            out = rolling_window_step(q[:, :, pos:pos + 1].clone(), k[:, :, pos:pos + 1].clone(),
+                                      v[:, :, pos:pos + 1].clone(), cache_k, cache_v, pos)
+            if not isinstance(out, (tuple, list)) or len(out) != 3:
+                raise CheckFailed(f"{what}: expected (out, cache_k, cache_v), got {type(out).__name__}")
+            got, cache_k, cache_v = (torch.as_tensor(t) for t in out)
+            check_shape(got, (B, H, 1, D), what=f"out at position {pos} for {what}")
+            check_shape(cache_k, (B, H, W, D), what=f"cache_k after position {pos} for {what}")
+            check_shape(cache_v, (B, H, W, D), what=f"cache_v after position {pos} for {what}")
+            want = expected[:, :, pos:pos + 1]
+            if not torch.isfinite(got).all() or not torch.allclose(got, want, atol=1e-9, rtol=1e-7):
+                phase = ("before the buffer has been filled once: which slots hold a key of this "
+                         "sequence yet?" if pos < W - 1 else
+                         "after the buffer wrapped around: which slot holds the oldest key, and "
+                         "which one must the new key replace?")
+                raise CheckFailed(f"{what}: at position {pos} the output differs from sliding-window "
+                                  f"attention over the whole sequence, {phase} The query must read "
+                                  f"exactly the keys of positions {max(0, pos - W + 1)}..{pos}, "
+                                  f"its own included")
+    return (f"{len(cases)} sequences decoded token by token through a rolling buffer, equal to "
+            f"windowed attention over the whole sequence")
+
+
+_CH14_NO_AUTOGRAD = ("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
+                     "torch.autograd.functional", "torch.func", "fundamentallm.moe.load_balancing_loss",
+                     "fundamentallm.moe.MoEFeedForward.forward")
+
+
+@exercise_check(forbidden=_CH14_NO_AUTOGRAD)
+def check_balancing_grad(balancing_grad: Callable) -> str:
+    """``balancing_grad(router_logits (N, E), top_idx (N, k), num_experts)`` -> ``(loss, grad)``:
+    the load-balancing loss ``E · Σ_e f_e P_e`` of ``p = softmax(router_logits)`` and its gradient
+    with respect to ``router_logits``, derived by hand (no autograd, no package function),
+    compared with autograd in float64."""
     g = _ch14_rng(2)
     cases = []
-    for N, E, k in ((16, 4, 2), (10, 8, 1), (7, 3, 3)):
-        probs = torch.softmax(torch.randn(N, E, generator=g) * 2, dim=-1)
-        cases.append((f"N={N}, E={E}, top-{k} of random routing", probs, probs.topk(k, -1).indices, E))
-    uniform = torch.full((8, 4), 0.25)
-    cases.append(("perfectly balanced top-2 of 4 (the minimum, = k = 2)", uniform,
-                  torch.stack([torch.arange(8) % 4, (torch.arange(8) + 1) % 4], 1), 4))
-    collapsed = torch.tensor([[0.97, 0.01, 0.01, 0.01]] * 6)
-    cases.append(("every token on expert 0", collapsed, torch.zeros(6, 1, dtype=torch.long), 4))
-    for what, probs, idx, E in cases:
-        p = probs.clone().requires_grad_(True)
-        got = load_balancing_loss(p, idx.clone(), E)
-        if not isinstance(got, torch.Tensor) or got.dim() != 0:
-            raise CheckFailed(f"{what}: expected a scalar tensor, got {got!r:.60}")
-        f = torch.zeros(probs.shape).scatter_(1, idx, 1.0).mean(0)
-        expected = E * (f * probs.mean(0)).sum()
-        assert_same(got.detach(), expected, what=f"loss for {what}")
-        if not got.requires_grad:
-            raise CheckFailed(f"{what}: the loss has no gradient to router_probs; P_e (the mean "
-                              f"probability) must stay differentiable")
-        (grad,) = torch.autograd.grad(got, p)
-        assert_same(grad, (E * f / probs.shape[0]).expand_as(probs),
-                    what=f"d loss / d router_probs for {what} (f_e is a count: no gradient through it)")
-    return f"{len(cases)} routings, balanced and collapsed included, gradients too"
+    for N, E, k in ((16, 4, 2), (10, 8, 1), (9, 5, 3)):
+        logits = 2 * torch.randn(N, E, generator=g, dtype=torch.float64)
+        cases.append((f"N={N}, E={E}, top-{k} of random routing", logits, logits.topk(k, -1).indices, E))
+    logits = torch.randn(6, 3, generator=g, dtype=torch.float64)
+    cases.append(("top-3 of 3 experts (every expert chosen by every token)", logits,
+                  logits.topk(3, -1).indices, 3))
+    logits = torch.tensor([[4.0, 0.0, 0.0, 0.0]] * 5 + [[0.0, 3.0, 0.0, 0.0]], dtype=torch.float64)
+    cases.append(("five of six tokens on expert 0 (top-1)", logits, logits.argmax(-1, keepdim=True), 4))
+    for what, logits, idx, E in cases:
+        out = balancing_grad(logits.clone(), idx.clone(), E)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise CheckFailed(f"{what}: expected a pair (loss, grad), got {type(out).__name__}")
+        loss, grad = out
+        loss = float(torch.as_tensor(loss).detach())
+        z = logits.clone().requires_grad_(True)
+        p = z.softmax(-1)
+        f = torch.zeros_like(p).scatter(1, idx, 1.0).mean(0)
+        ref = E * (f * p.mean(0)).sum()
+        (ref_grad,) = torch.autograd.grad(ref, z)
+        if not (abs(loss - ref.item()) <= 1e-9 * max(1.0, abs(ref.item()))):
+            raise CheckFailed(f"{what}: the loss is not right; f_e counts the tokens that chose e "
+                              f"(each token chooses k experts), P_e averages the probabilities")
+        grad = torch.as_tensor(grad).detach()
+        check_shape(grad, tuple(logits.shape), what=f"grad for {what}")
+        if not torch.isfinite(grad).all() or not torch.allclose(grad.double(), ref_grad, atol=1e-10, rtol=1e-7):
+            raise CheckFailed(f"{what}: the gradient with respect to the logits is not right. The "
+                              f"loss reaches a logit only through P_e (f_e is a count), and a logit "
+                              f"moves every probability of its token: apply the chain rule through "
+                              f"the softmax, and remember the mean over the N tokens")
+    return f"{len(cases)} routings: the loss and its gradient to the logits, derived by hand"
+
+
+def _ch14_stack(windows: list, dead: set, d_model: int, seed: int) -> list:
+    """Residual attention layers of ``fundamentallm.MultiHeadAttention``, float64, fresh weights;
+    the layers in ``dead`` have a zero output projection (they add nothing to the stream)."""
+    from ..attention import MultiHeadAttention
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        layers = [MultiHeadAttention(d_model, 4, causal=True, sliding_window=w).double().eval()
+                  for w in windows]
+    for i in dead:
+        with torch.no_grad():
+            layers[i].out_proj.weight.zero_()
+            if layers[i].out_proj.bias is not None:
+                layers[i].out_proj.bias.zero_()
+    return layers
 
 
 @exercise_check
 def check_influence(influence: Callable, predicted_windowed: Any, predicted_mixed: Any) -> str:
     """``predicted_windowed`` / ``predicted_mixed``: the input positions (sorted lists) that can
     change output 15 of a stack of three residual window-4 layers reading 16 tokens, and of the
-    same stack with a full causal second layer. ``influence(windows, T, t)`` -> boolean ``(T,)``,
-    measured on a stack of residual sliding-window attention layers the function builds itself
-    (``None`` = full causal); compared with the span the windows allow, ``t - sum(W_l - 1) .. t``."""
+    same stack with a full causal second layer. ``influence(layers, T, t, d_model)`` -> boolean
+    ``(T,)``, measured on residual attention layers the check builds with fresh weights and does
+    not describe (windows unknown to the function; in one stack a layer whose output is zero, so
+    that no formula in the windows gives the answer)."""
     require_prediction(predicted_windowed, "predicted_windowed", "a sorted list of positions")
     require_prediction(predicted_mixed, "predicted_mixed", "a sorted list of positions")
     for name, value, expected in (("predicted_windowed", predicted_windowed, list(range(6, 16))),
                                   ("predicted_mixed", predicted_mixed, list(range(16)))):
         got = sorted(set(int_list(value, name)))
         if got != expected:
-            raise CheckFailed(f"{name}: {got[:3]}...{got[-3:]} ({len(got)} positions) is not right; "
-                              f"each layer lets a position read W - 1 positions further back, and a "
-                              f"layer without a window reads everything before it")
-    cases = [("3 layers of window 4, t = 15", [4, 4, 4], 16, 15),
-             ("2 layers of windows 2 and 5, t = 10", [2, 5], 12, 10),
-             ("4 layers of window 2, t = 8 (not the last position)", [2, 2, 2, 2], 14, 8),
-             ("1 layer of window 3, t = 0 (the first token)", [3], 6, 0),
-             ("window 3, then a full causal layer, t = 7", [3, None], 12, 7)]
-    for what, windows, T, t in cases:
-        got = influence(list(windows), T, t)
+            raise CheckFailed(f"{name}: the {len(got)} positions you listed are not right; each layer "
+                              f"lets a position read W - 1 positions further back, and a layer "
+                              f"without a window reads everything before it")
+    seed = int(torch.randint(0, 2 ** 31 - 1, (1,), generator=_ch14_rng(4)))
+    cases = [("stack A, t = 15", [4, 4, 4], set(), 16, 15),
+             ("stack B, t = 10", [2, 5], set(), 12, 10),
+             ("stack C, t = 8 (not the last position)", [2, 2, 2, 2], set(), 14, 8),
+             ("stack D, t = 0 (the first token)", [3], set(), 6, 0),
+             ("stack E, t = 7", [3, None], set(), 12, 7),
+             ("stack F, t = 13", [3, 5, 4], {1}, 14, 13)]
+    for n, (what, windows, dead, T, t) in enumerate(cases):
+        d_model = 8 * (1 + n % 2)
+        layers = _ch14_stack(windows, dead, d_model, seed + n)
+        got = influence(list(layers), T, t, d_model)
         if not isinstance(got, torch.Tensor):
             raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
         if got.dtype != torch.bool:
             raise CheckFailed(f"{what}: expected a boolean tensor (True = can change the output), got {got.dtype}")
         check_shape(got, (T,), what=f"influence for {what}")
-        first = 0 if None in windows else max(0, t - sum(w - 1 for w in windows))
+        live = [w for i, w in enumerate(windows) if i not in dead]
+        first = 0 if None in live else max(0, t - sum(w - 1 for w in live))
         positions = torch.arange(T)
         expected = (positions >= first) & (positions <= t)
         if not torch.equal(got, expected):
             j = int((got != expected).nonzero()[0])
             raise CheckFailed(f"{what}: input position {j} "
                               f"{'can' if bool(expected[j]) else 'cannot'} change the output at "
-                              f"position {t}, but you returned {bool(got[j])}; measure it: the "
-                              f"gradient of the output at t with respect to each input position")
-    return (f"{len(cases)} stacks; e.g. 3 layers of window 4 let position 15 read positions "
-            f"{15 - 3 * 3}..15, 3·(4 - 1) = 9 tokens back")
+                              f"position {t}, but you returned {bool(got[j])}; measure it on the layers "
+                              f"you are given (their windows are not the whole story): how does the "
+                              f"output at t respond to each input position?")
+    return (f"{len(cases)} stacks measured; e.g. 3 layers of window 4 let position 15 read positions "
+            f"{15 - 3 * 3}..15, 3·(4 - 1) = 9 tokens back, and a layer that adds nothing extends nothing")
 
 
 def _ch14_kv_reference(num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number, window):
@@ -148,7 +211,7 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable, predicted_gib: Any) -> str:
     require_prediction(predicted_gib, "predicted_gib", "a number of GiB")
     truth = _ch14_kv_reference(32, 8, 128, 32768, 2, 4096) / 2 ** 30
     guess = number(predicted_gib, "predicted_gib")
-    if abs(guess - truth) > 0.02 * truth:
+    if not (abs(guess - truth) <= 0.02 * truth):  # NaN and infinity fail too
         full = _ch14_kv_reference(32, 8, 128, 32768, 2, None) / 2 ** 30
         hint = (" -- that is the cache without the window: a sliding window keeps only the last W "
                 "positions" if abs(guess - full) < 0.02 * full else
@@ -166,8 +229,156 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable, predicted_gib: Any) -> str:
         got = kv_cache_bytes(*args)
         if isinstance(got, torch.Tensor):
             got = got.item()
-        if not isinstance(got, (int, float)) or got != expected:
+        if isinstance(got, bool) or not isinstance(got, (int, float)) or got != expected:
             names = "num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number, window"
             raise CheckFailed(f"kv_cache_bytes({', '.join(map(str, args))}) ({names}): expected "
                               f"{expected:,} bytes, got {got}")
     return f"{truth:.2f} GiB with the window (4 GiB without); {len(cases)} shapes match"
+
+
+# --- What each check catches (python -m fundamentallm.course catches --chapter 14) -------------
+
+wrong_answer("check_repeat_kv", "method", "torch's repeat_interleave, which the statement rules out", """
+def repeat_kv(x, groups):
+    return x.repeat_interleave(groups, dim=1)
+""", call="repeat_kv", message=r"asks you not to use .*repeat_interleave")
+wrong_answer("check_repeat_kv", "mistake", "tiles the heads (0, 1, 0, 1) instead of repeating each (0, 0, 1, 1)", """
+def repeat_kv(x, groups):
+    return x.repeat(1, groups, 1, 1)
+""", call="repeat_kv", message=r"query head h must get key/value head h // groups")
+wrong_answer("check_repeat_kv", "mistake", "the new axis before the heads, then reshape: tiles as well", """
+def repeat_kv(x, groups):
+    B, G, T, D = x.shape
+    return x[:, None].expand(B, groups, G, T, D).reshape(B, G * groups, T, D)
+""", call="repeat_kv", message=r"h // groups")
+wrong_answer("check_repeat_kv", "value", "returns x unchanged", """
+def repeat_kv(x, groups):
+    return x
+""", call="repeat_kv", message=r"expected shape")
+
+_ROLLING = """
+import math
+
+
+def step(q, k, v, cache_k, cache_v, pos, *, slot_of=None, write_first=True, filled_only=True, scale=True):
+    W = cache_k.shape[2]
+    cache_k, cache_v = cache_k.clone(), cache_v.clone()
+    slot = pos % W if slot_of is None else slot_of(pos, W)
+
+    def attend():
+        s = q @ cache_k.transpose(-2, -1)
+        if scale:
+            s = s / math.sqrt(q.shape[-1])
+        if filled_only:
+            s = s.masked_fill(~(torch.arange(W) <= pos), float("-inf"))
+        return s.softmax(-1) @ cache_v
+
+    if not write_first:
+        out = attend()
+    cache_k[:, :, slot], cache_v[:, :, slot] = k[:, :, 0], v[:, :, 0]
+    if write_first:
+        out = attend()
+    return out, cache_k, cache_v
+"""
+wrong_answer("check_rolling_window_step", "mistake", "attends before writing the new key: misses itself, reads the evicted one",
+             _ROLLING, call="lambda *a: step(*a, write_first=False)", message=r"its own included")
+wrong_answer("check_rolling_window_step", "edge", "attends to all W slots from the first step: reads unwritten slots",
+             _ROLLING, call="lambda *a: step(*a, filled_only=False)", message=r"before the buffer has been filled")
+wrong_answer("check_rolling_window_step", "mistake", "writes the new key one slot too far, over a key still in the window",
+             _ROLLING, call="lambda *a: step(*a, slot_of=lambda p, W: (p + 1) % W)", message=r"which slot")
+wrong_answer("check_rolling_window_step", "mistake", "forgets the 1/sqrt(D) scaling of the scores",
+             _ROLLING, call="lambda *a: step(*a, scale=False)", message=r"differs from sliding-window attention")
+
+_BALANCE = """
+def loss_of(logits, idx, E):
+    p = logits.softmax(-1)
+    f = torch.zeros_like(p).scatter(1, idx, 1.0).mean(0)
+    return E * (f * p.mean(0)).sum(), f, p
+"""
+wrong_answer("check_balancing_grad", "method", "lets autograd compute the gradient", _BALANCE + """
+def balancing_grad(logits, idx, E):
+    z = logits.clone().requires_grad_(True)
+    loss = loss_of(z, idx, E)[0]
+    (grad,) = torch.autograd.grad(loss, z)
+    return loss.detach(), grad
+""", call="balancing_grad", message=r"asks you not to use .*autograd")
+wrong_answer("check_balancing_grad", "method", "the package's load_balancing_loss and backward", """
+from fundamentallm.moe import load_balancing_loss as lb
+
+
+def balancing_grad(logits, idx, E):
+    z = logits.clone().requires_grad_(True)
+    loss = lb(z.softmax(-1), idx, E)
+    loss.backward()
+    return loss.detach(), z.grad
+""", call="balancing_grad", message=r"asks you not to use")
+wrong_answer("check_balancing_grad", "mistake", "the gradient to the probabilities, E f_e / N, not through the softmax", _BALANCE + """
+def balancing_grad(logits, idx, E):
+    loss, f, p = loss_of(logits, idx, E)
+    return loss, (E * f / logits.shape[0]).expand_as(logits)
+""", call="balancing_grad", message=r"chain rule through\s+the softmax")
+wrong_answer("check_balancing_grad", "mistake", "the softmax Jacobian right, but no 1/N for the mean over tokens", _BALANCE + """
+def balancing_grad(logits, idx, E):
+    loss, f, p = loss_of(logits, idx, E)
+    return loss, E * p * (f - (p * f).sum(-1, keepdim=True))
+""", call="balancing_grad", message=r"mean over the N tokens")
+wrong_answer("check_balancing_grad", "edge", "f from each token's first choice only: right for top-1, wrong for top-k", """
+def balancing_grad(logits, idx, E):
+    p = logits.softmax(-1)
+    f = torch.zeros_like(p).scatter(1, idx[:, :1], 1.0).mean(0)
+    N = logits.shape[0]
+    return E * (f * p.mean(0)).sum(), E / N * p * (f - (p * f).sum(-1, keepdim=True))
+""", call="balancing_grad", message=r"f_e counts the tokens")
+
+_INFLUENCE = """
+def measured(layers, T, t, d_model):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, T, d_model, generator=g, dtype=torch.float64, requires_grad=True)
+    h = x
+    for layer in layers:
+        h = h + layer(h)
+    (grad,) = torch.autograd.grad(h[:, t].sum(), x)
+    return grad.abs().sum(dim=(0, 2)) != 0
+
+
+WINDOWED, MIXED = list(range(6, 16)), list(range(16))
+"""
+wrong_answer("check_influence", "method", "a formula in the layers' windows instead of a measurement", _INFLUENCE + """
+def formula(layers, T, t, d_model):
+    windows = [layer.sliding_window for layer in layers]
+    j = torch.arange(T)
+    first = 0 if None in windows else t - sum(w - 1 for w in windows)
+    return (j >= first) & (j <= t)
+""", call="formula, WINDOWED, MIXED", message=r"measure it on the layers")
+wrong_answer("check_influence", "mistake", "only the last layer's window: misses the layers below", _INFLUENCE + """
+def last_only(layers, T, t, d_model):
+    w = layers[-1].sliding_window or T
+    j = torch.arange(T)
+    return (j <= t) & (j > t - w)
+""", call="last_only, WINDOWED, MIXED", message=r"input position \d+ can change the output")
+wrong_answer("check_influence", "mistake", "predicts the reach of one window for the stack of three", _INFLUENCE,
+             call="measured, list(range(12, 16)), MIXED", message=r"predicted_windowed: .* not right")
+wrong_answer("check_influence", "mistake", "predicts that the full layer's reach adds to the windows", _INFLUENCE,
+             call="measured, WINDOWED, list(range(3, 16))", message=r"predicted_mixed: .* not right")
+wrong_answer("check_influence", "value", "a float tensor of gradient sizes, not a boolean", _INFLUENCE,
+             call="lambda *a: measured(*a).double(), WINDOWED, MIXED", message=r"expected a boolean tensor")
+
+_KV = """
+def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number=2, window=None):
+    kept = seq_len if window is None else min(seq_len, window)
+    return 2 * num_layers * num_kv_heads * head_dim * bytes_per_number * kept
+"""
+wrong_answer("check_kv_cache_bytes", "mistake", "predicts the cache without the window", _KV,
+             call="kv_cache_bytes, 4.0", message=r"without the window")
+wrong_answer("check_kv_cache_bytes", "mistake", "predicts keys only (no factor 2)", _KV,
+             call="kv_cache_bytes, 0.25", message=r"count keys and values")
+wrong_answer("check_kv_cache_bytes", "value", "a NaN prediction", _KV,
+             call="kv_cache_bytes, float('nan')", message=r"not right")
+wrong_answer("check_kv_cache_bytes", "edge", "ignores the window in the function", _KV + """
+def no_window(L, G, D, n, b=2, w=None):
+    return kv_cache_bytes(L, G, D, n, b, None)
+""", call="no_window, 0.5", message=r"expected [\d,]+ bytes")
+wrong_answer("check_kv_cache_bytes", "mistake", "keys only in the function", _KV + """
+def keys_only(L, G, D, n, b=2, w=None):
+    return kv_cache_bytes(L, G, D, n, b, w) // 2
+""", call="keys_only, 0.5", message=r"expected [\d,]+ bytes")
