@@ -427,7 +427,7 @@ wrong_answer("check_mlm_mask_exact", "edge", "draws from the global generator: n
 def global_rng(input_ids, seed, *args, **kwargs):
     return exact(input_ids, int(torch.randint(0, 10 ** 6, (1,))), *args, **kwargs)
 """, call="global_rng, 0.85 ** 5", message=r"same seed gave different results")
-wrong_answer("check_mlm_mask_exact", "value", "a NaN prediction", _EXACT, call="exact, float('nan')", message=r"not right")
+wrong_answer("check_mlm_mask_exact", "value", "a NaN prediction", _EXACT, call="exact, float('nan')", message=r"is nan: the answer is a finite number")
 
 wrong_answer("check_mlm_shares", "mistake", "the rule's 80/10/10, ignoring that a random draw can hit <mask> or the original", """
 def shares(vocab_size, mask_prob=0.8, random_prob=0.1):
@@ -442,4 +442,4 @@ wrong_answer("check_mlm_shares", "value", "NaN where the draw is undefined (a 0/
 def shares(vocab_size, mask_prob=0.8, random_prob=0.1):
     hit = random_prob / vocab_size
     return {"mask": float("nan"), "random": random_prob - 2 * hit, "unchanged": 1 - mask_prob - random_prob + hit}
-""", call="shares", message=r"expected")
+""", call="shares", message=r"is nan: the answer is a finite number")

@@ -373,7 +373,7 @@ wrong_answer("check_kv_cache_bytes", "mistake", "predicts the cache without the 
 wrong_answer("check_kv_cache_bytes", "mistake", "predicts keys only (no factor 2)", _KV,
              call="kv_cache_bytes, 0.25", message=r"count keys and values")
 wrong_answer("check_kv_cache_bytes", "value", "a NaN prediction", _KV,
-             call="kv_cache_bytes, float('nan')", message=r"not right")
+             call="kv_cache_bytes, float('nan')", message=r"is nan: the answer is a finite number")
 wrong_answer("check_kv_cache_bytes", "edge", "ignores the window in the function", _KV + """
 def no_window(L, G, D, n, b=2, w=None):
     return kv_cache_bytes(L, G, D, n, b, None)
