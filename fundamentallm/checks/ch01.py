@@ -40,9 +40,10 @@ def _reference_rnn(W_x, W_h, b) -> torch.nn.RNN:
     return rnn
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.rnn_tanh_cell", "torch.rnn_tanh", "torch.nn.RNN.forward", "torch.nn.RNNCell.forward"))
 def check_rnn_step(rnn_step: Callable) -> str:
-    """``rnn_step(x_t, h_prev, W_x, W_h, b)`` -> ``tanh(x_t W_xᵀ + h_prev W_hᵀ + b)``, shape (B, d_h)."""
+    """``rnn_step(x_t, h_prev, W_x, W_h, b)`` -> ``tanh(x_t W_xᵀ + h_prev W_hᵀ + b)``, shape (B, d_h),
+    without PyTorch's RNN (cell) routines."""
     g = rng(100)
     cases = [(3, 4, 5, 1.0), (1, 2, 2, 1.0), (4, 6, 3, 5.0)]  # (B, d_in, d_h, scale)
     for B, d_in, d_h, scale in cases:
@@ -53,7 +54,9 @@ def check_rnn_step(rnn_step: Callable) -> str:
             _, h_ref = _reference_rnn(W_x, W_h, b)(x_t[:, None, :], h_prev[None])  # (1, B, d_h)
         h = rnn_step(x_t.clone(), h_prev.clone(), W_x.clone(), W_h.clone(), b.clone())
         check_shape(h, (B, d_h), what=f"h_t for B={B}, d_in={d_in}, d_h={d_h}")
-        assert_same(h, h_ref[0], what=f"h_t for B={B}, d_in={d_in}, d_h={d_h} (vs torch.nn.RNN)")
+        assert_same(h, h_ref[0], what=f"h_t for B={B}, d_in={d_in}, d_h={d_h} (vs torch.nn.RNN; with one "
+                                      "sequence per row, which side of each weight matrix does a row multiply, "
+                                      "and is every term inside the tanh?)")
     return f"matches torch.nn.RNN on {len(cases)} cases"
 
 
@@ -235,6 +238,21 @@ wrong_answer("check_rnn_step", "edge", "keeps only the first row of the batch (B
 def rnn_step(x, h, W_x, W_h, b):
     return torch.tanh(x @ W_x.T + h @ W_h.T + b)[:1]
 """, call="rnn_step", message=r"expected shape")
+
+wrong_answer("check_rnn_step", "method", "torch's fused RNN cell", """
+def rnn_step(x, h, W_x, W_h, b):
+    return torch.rnn_tanh_cell(x, h, W_x, W_h, b, torch.zeros_like(b))
+""", call="rnn_step", message=r"rnn_tanh_cell")
+wrong_answer("check_rnn_step", "method", "an nn.RNNCell holding the given weights", """
+def rnn_step(x, h, W_x, W_h, b):
+    cell = nn.RNNCell(W_x.shape[1], W_x.shape[0]).to(W_x.dtype)
+    with torch.no_grad():
+        cell.weight_ih.copy_(W_x)
+        cell.weight_hh.copy_(W_h)
+        cell.bias_ih.copy_(b)
+        cell.bias_hh.zero_()
+        return cell(x, h)
+""", call="rnn_step", message=r"not to use")
 
 wrong_answer("check_orthogonal_rnn_prediction", "mistake", "the norm of one step, 0.5", "p = 0.5",
              call="p", message=r"one step")
