@@ -213,8 +213,8 @@ def check_orthogonal_rnn_prediction(predicted_norm) -> str:
     if abs(value - true) <= 0.01 * true:
         return f"||W_h^40||_2 = 0.5^40 = {true:.3g}: Q keeps every length, so only the factor 0.5 compounds"
     if abs(value - 0.5) < 1e-3:
-        raise CheckFailed("that is the norm of one step; the Jacobian over 40 steps is a product of 40 "
-                          "of them (eq. ch01-power)")
+        raise CheckFailed("that is the norm of one step, of W_h itself; the question is about dh_40/dh_0: "
+                          "which matrix is that (eq. ch01-power), and what does Q do to lengths?")
     if abs(value - true * 8 ** 0.5) <= 0.01 * true * 8 ** 0.5:
         raise CheckFailed("that is the Frobenius norm; the question asks for the spectral "
                           "norm (largest singular value)")
