@@ -13,10 +13,12 @@ from .wrong import wrong_answer
 
 # Ways around "derive it by hand": autograd, and the library routines that compute a matrix power
 # or a spectral norm numerically.
-_NO_AUTOGRAD = ("torch.autograd.functional.jacobian", "torch.autograd.grad", "torch.Tensor.backward", "torch.func")
+_NO_AUTOGRAD = ("torch.autograd.functional.jacobian", "torch.autograd.grad", "torch.autograd.backward",
+                "torch.Tensor.backward", "torch.autograd.forward_ad", "torch.func")
+# numpy.linalg as a whole: every function of the module (norm, matrix_power, svd, eig, ...).
 _NO_LINALG = ("torch.linalg.matrix_power", "torch.matrix_power", "torch.linalg.matrix_norm", "torch.linalg.norm",
-              "torch.linalg.svdvals", "torch.linalg.svd",
-              "torch.linalg.eigvalsh", "torch.linalg.eigh")
+              "torch.linalg.svdvals", "torch.linalg.svd", "torch.linalg.eigvalsh", "torch.linalg.eigh",
+              "torch.linalg.eigvals", "torch.linalg.eig", "numpy.linalg")
 
 
 def _rnn_params(d_in: int, d_h: int, g: torch.Generator, dtype=torch.float64):
@@ -38,9 +40,10 @@ def _reference_rnn(W_x, W_h, b) -> torch.nn.RNN:
     return rnn
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.rnn_tanh_cell", "torch.rnn_tanh", "torch.nn.RNN.forward", "torch.nn.RNNCell.forward"))
 def check_rnn_step(rnn_step: Callable) -> str:
-    """``rnn_step(x_t, h_prev, W_x, W_h, b)`` -> ``tanh(x_t W_xᵀ + h_prev W_hᵀ + b)``, shape (B, d_h)."""
+    """``rnn_step(x_t, h_prev, W_x, W_h, b)`` -> ``tanh(x_t W_xᵀ + h_prev W_hᵀ + b)``, shape (B, d_h),
+    without PyTorch's RNN (cell) routines."""
     g = rng(100)
     cases = [(3, 4, 5, 1.0), (1, 2, 2, 1.0), (4, 6, 3, 5.0)]  # (B, d_in, d_h, scale)
     for B, d_in, d_h, scale in cases:
@@ -51,7 +54,9 @@ def check_rnn_step(rnn_step: Callable) -> str:
             _, h_ref = _reference_rnn(W_x, W_h, b)(x_t[:, None, :], h_prev[None])  # (1, B, d_h)
         h = rnn_step(x_t.clone(), h_prev.clone(), W_x.clone(), W_h.clone(), b.clone())
         check_shape(h, (B, d_h), what=f"h_t for B={B}, d_in={d_in}, d_h={d_h}")
-        assert_same(h, h_ref[0], what=f"h_t for B={B}, d_in={d_in}, d_h={d_h} (vs torch.nn.RNN)")
+        assert_same(h, h_ref[0], what=f"h_t for B={B}, d_in={d_in}, d_h={d_h} (vs torch.nn.RNN; with one "
+                                      "sequence per row, which side of each weight matrix does a row multiply, "
+                                      "and is every term inside the tanh?)")
     return f"matches torch.nn.RNN on {len(cases)} cases"
 
 
@@ -208,8 +213,8 @@ def check_orthogonal_rnn_prediction(predicted_norm) -> str:
     if abs(value - true) <= 0.01 * true:
         return f"||W_h^40||_2 = 0.5^40 = {true:.3g}: Q keeps every length, so only the factor 0.5 compounds"
     if abs(value - 0.5) < 1e-3:
-        raise CheckFailed("that is the norm of one step; the Jacobian over 40 steps is a product of 40 "
-                          "of them (eq. ch01-power)")
+        raise CheckFailed("that is the norm of one step, of W_h itself; the question is about dh_40/dh_0: "
+                          "which matrix is that (eq. ch01-power), and what does Q do to lengths?")
     if abs(value - true * 8 ** 0.5) <= 0.01 * true * 8 ** 0.5:
         raise CheckFailed("that is the Frobenius norm; the question asks for the spectral "
                           "norm (largest singular value)")
@@ -233,6 +238,21 @@ wrong_answer("check_rnn_step", "edge", "keeps only the first row of the batch (B
 def rnn_step(x, h, W_x, W_h, b):
     return torch.tanh(x @ W_x.T + h @ W_h.T + b)[:1]
 """, call="rnn_step", message=r"expected shape")
+
+wrong_answer("check_rnn_step", "method", "torch's fused RNN cell", """
+def rnn_step(x, h, W_x, W_h, b):
+    return torch.rnn_tanh_cell(x, h, W_x, W_h, b, torch.zeros_like(b))
+""", call="rnn_step", message=r"rnn_tanh_cell")
+wrong_answer("check_rnn_step", "method", "an nn.RNNCell holding the given weights", """
+def rnn_step(x, h, W_x, W_h, b):
+    cell = nn.RNNCell(W_x.shape[1], W_x.shape[0]).to(W_x.dtype)
+    with torch.no_grad():
+        cell.weight_ih.copy_(W_x)
+        cell.weight_hh.copy_(W_h)
+        cell.bias_ih.copy_(b)
+        cell.bias_hh.zero_()
+        return cell(x, h)
+""", call="rnn_step", message=r"not to use")
 
 wrong_answer("check_orthogonal_rnn_prediction", "mistake", "the norm of one step, 0.5", "p = 0.5",
              call="p", message=r"one step")
@@ -263,6 +283,44 @@ def jordan_gradient_norm(lam, c, k):
     return float(mn(mp(W, k), ord=2))
 """, call="jordan_gradient_norm", message=r"matrix_power|matrix_norm")
 
+wrong_answer("check_jordan_gradient_norm", "method", "numpy's matrix_power and 2-norm", """
+import numpy
+def jordan_gradient_norm(lam, c, k):
+    W = numpy.array([[lam, c], [0.0, lam]])
+    return float(numpy.linalg.norm(numpy.linalg.matrix_power(W, k), 2))
+""", call="jordan_gradient_norm", message=r"numpy\.linalg")
+wrong_answer("check_jordan_gradient_norm", "method", "squares W^k by hand, then the eigenvalues of M^T M with eigvals", """
+def jordan_gradient_norm(lam, c, k):
+    W = torch.tensor([[lam, c], [0.0, lam]], dtype=torch.float64)
+    M, P = torch.eye(2, dtype=torch.float64), W
+    while k:
+        if k & 1:
+            M = M @ P
+        P, k = P @ P, k >> 1
+    return math.sqrt(float(torch.linalg.eigvals(M.T @ M).real.max()))
+""", call="jordan_gradient_norm", message=r"eigvals")
+wrong_answer("check_jordan_gradient_norm", "method", "numpy's singular values (svd) of W^k", """
+import numpy as xp
+def jordan_gradient_norm(lam, c, k):
+    a, b = lam ** k, k * c * lam ** (k - 1) if k else 0.0
+    return float(xp.linalg.svd(xp.array([[a, b], [0.0, a]]), compute_uv=False)[0])
+""", call="jordan_gradient_norm", message=r"numpy\.linalg")
+
+wrong_answer("check_leaky_bptt_jacobian", "method", "rebuilds the recurrence from the states, then torch.autograd.backward", """
+def leaky_bptt_jacobian(hs, W_h, alpha):
+    d = W_h.shape[0]
+    u = (hs[1:] - (1 - alpha) * hs[:-1]) / alpha
+    c = torch.atanh(u) - hs[:-1] @ W_h.T  # W_x x_k + b, recovered
+    rows = []
+    for i in range(d):
+        h0 = hs[0].clone().requires_grad_(True)
+        h = h0
+        for c_k in c:
+            h = (1 - alpha) * h + alpha * torch.tanh(W_h @ h + c_k)
+        torch.autograd.backward(h[i])
+        rows.append(h0.grad)
+    return torch.stack(rows) if rows else torch.eye(d, dtype=hs.dtype)
+""", call="leaky_bptt_jacobian", message=r"backward")
 wrong_answer("check_leaky_bptt_jacobian", "mistake", "the plain tanh RNN's Jacobian: forgets the leak path (1 - alpha) I", """
 def leaky_bptt_jacobian(hs, W_h, alpha):
     J = torch.eye(W_h.shape[0], dtype=W_h.dtype)
@@ -325,6 +383,19 @@ def bound_slack(a, k, s):
     eps = 1 - math.tanh(s) ** 2
     return 2 ** k / ((1 - eps) ** k * math.sqrt(2) * math.sqrt(1 + eps ** 2))
 """, call="bound_slack", message=r"rank-one")
+wrong_answer("check_bound_slack", "method", "simulates the Jacobians in numpy and measures them with np.linalg.norm", """
+import numpy as np
+def bound_slack(a, k, s):
+    W = a * np.array([[1.0, 1.0], [-1.0, -1.0]])
+    h = np.array([0.0, math.tanh(s)])
+    x = np.array([-a * h[1], s + a * h[1]])
+    J, bound = np.eye(2), 1.0
+    for _ in range(k):
+        slope = 1 - np.tanh(W @ h + x) ** 2
+        J = np.diag(slope) @ W @ J
+        bound *= slope.max() * np.linalg.norm(W, 2)
+    return bound / np.linalg.norm(J, 2)
+""", call="bound_slack", message=r"numpy\.linalg")
 wrong_answer("check_bound_slack", "method", "measures both norms with autograd and torch.linalg", """
 from torch.autograd.functional import jacobian
 def bound_slack(a, k, s):

@@ -11,22 +11,28 @@ from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
 from .wrong import wrong_answer
 
 
-@exercise_check(forbidden=("torch.softmax",))
+@exercise_check(forbidden=("torch.softmax", "torch.log_softmax"))
 def check_softmax_rows(softmax_rows: Callable) -> str:
-    """``softmax_rows(x)``: softmax over the last dimension, stable for large scores."""
+    """``softmax_rows(x)``: softmax over the last dimension, stable for large scores (no
+    ``softmax`` or ``log_softmax`` routine)."""
     g = rng(500)
     large = torch.randn(2, 4, generator=g) * 3
     large[0] += 1000.0  # one row near +1000, one near -1000: no single shift serves both
     large[1] -= 1000.0
-    masked = torch.randn(2, 5, generator=g)
-    masked[masked < -0.3] = float("-inf")
-    masked[:, 2] = torch.randn(2, generator=g)  # every row keeps at least one finite score
+    masked = torch.randn(3, 5, generator=g)
+    for row in range(3):  # -inf planted at fresh places; every row keeps at least two finite scores
+        keep = torch.randperm(5, generator=g)[:2 + row]
+        masked[row] = torch.where(torch.isin(torch.arange(5), keep), masked[row], float("-inf"))
+    spread = torch.randn(2, 4, generator=g)  # float32 rows spanning about 250
+    spread[0] += torch.tensor([0.0, 200.0, -50.0, 10.0])[torch.randperm(4, generator=g)]
+    spread[1] += torch.tensor([0.0, 220.0, -30.0, float("-inf")])[torch.randperm(4, generator=g)]
     cases = {
         "a (3, 4) matrix": torch.randn(3, 4, generator=g),
         "a 1-D vector": torch.randn(5, generator=g),
         "a (2, 3, 5) batch": torch.randn(2, 3, 5, generator=g, dtype=torch.float64),
         "large scores (rows near +1000 and near -1000)": large,
         "rows holding -inf (masked keys)": masked,
+        "float32 rows spanning about 250 (one also masked)": spread,
     }
     for name, x in cases.items():
         x_in = x.clone()
@@ -48,7 +54,9 @@ def _qkv(shape_q: tuple, shape_k: tuple, d_v: int, seed: int):
     return q, k, v
 
 
-@exercise_check(forbidden=("fundamentallm.attention.causal_mask",))
+@exercise_check(forbidden=("fundamentallm.attention.causal_mask",
+                           "torch.nn.Transformer.generate_square_subsequent_mask",
+                           "torch.nn.modules.transformer._generate_square_subsequent_mask"))
 def check_make_causal_mask(make_causal_mask: Callable) -> str:
     """``make_causal_mask(T)`` -> boolean (T, T), True where key j <= query i."""
     sizes = [1, 2] + [int(t) for t in torch.randint(3, 40, (3,), generator=rng(60))]
@@ -221,6 +229,22 @@ def softmax_rows(x):
     e = torch.exp(x - x.max())
     return e / e.sum(-1, keepdim=True)
 """, call="softmax_rows", message=r"NaN")
+wrong_answer("check_softmax_rows", "mistake", "subtracts the row mean, not the row max (NaN on -inf, overflow on a wide row)", """
+def softmax_rows(x):
+    e = torch.exp(x - x.mean(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+""", call="softmax_rows", message=r"NaN")
+wrong_answer("check_softmax_rows", "edge", "subtracts the mean of the finite scores (overflows on a row spanning ~200)", """
+def softmax_rows(x):
+    finite = torch.isfinite(x)
+    m = torch.where(finite, x, 0.0).sum(-1, keepdim=True) / finite.sum(-1, keepdim=True)
+    e = torch.exp(x - m)
+    return e / e.sum(-1, keepdim=True)
+""", call="softmax_rows", message=r"NaN")
+wrong_answer("check_softmax_rows", "method", "exponentiates torch's log_softmax", """
+def softmax_rows(x):
+    return torch.log_softmax(x, dim=-1).exp()
+""", call="softmax_rows", message=r"log_softmax")
 wrong_answer("check_softmax_rows", "edge", "works in place on its input", """
 def softmax_rows(x):
     x -= x.amax(-1, keepdim=True)
@@ -239,6 +263,10 @@ wrong_answer("check_make_causal_mask", "value", "a float mask of 0/1, not a bool
 def make_causal_mask(T):
     return torch.ones(T, T).tril()
 """, call="make_causal_mask", message=r"torch\.bool")
+wrong_answer("check_make_causal_mask", "method", "nn.Transformer's float mask, compared with 0", """
+def make_causal_mask(T):
+    return nn.Transformer.generate_square_subsequent_mask(T) == 0
+""", call="make_causal_mask", message=r"generate_square_subsequent_mask")
 wrong_answer("check_make_causal_mask", "method", "the package's causal_mask under another name", """
 from fundamentallm.attention import causal_mask as lower_triangle
 def make_causal_mask(T):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import torch
@@ -26,12 +27,15 @@ def check_split_heads(split_heads: Callable) -> str:
         for h in range(H):
             assert_same(out[:, h], x[..., h * D:(h + 1) * D],
                         what=f"{what}[:, {h}] (head {h} must hold channels {h * D}..{(h + 1) * D - 1} "
-                             f"of every token; a view to (B, H, T, D) without a transpose mixes tokens)")
+                             f"of every token, in order: which axis do your view and transpose cut into heads?)")
     try:
         split_heads(torch.zeros(1, 2, 10), 3)
     except ValueError as e:
         if "num_heads" not in str(e):
             raise CheckFailed(f"the ValueError for num_heads=3, C=10 should name num_heads; got: {e}") from None
+        if not re.search(r"\bC\b|\b10\b|channel", str(e)):
+            raise CheckFailed(f"the ValueError for num_heads=3, C=10 names num_heads but not C (its name or "
+                              f"its value): the reader needs both to see why they do not fit; got: {e}") from None
     except NotImplementedError:
         raise
     except Exception as e:
@@ -57,16 +61,21 @@ def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
     """``entropy_from_scores(scores)``: ``(..., T_q, T_k)`` attention scores, ``-inf`` where a key is
     masked -> ``(..., T_q)`` entropies in nats of ``softmax(scores)``, without a softmax or entropy
     routine; compared with ``entr(softmax(scores)).sum(-1)`` on fresh scores, masked and large ones
-    included."""
+    included (float32 scores near +-800, where an unshifted exp overflows or underflows and ln Z
+    minus the mean score cancels unless the scores are shifted first). It grades
+    the numbers: the weights form ``-sum p ln p`` computed with care gives the same ones."""
     g = rng(5)
     cases = {
         "unmasked scores (T_q=3, T_k=4)": torch.randn(3, 4, generator=g, dtype=torch.float64),
         "masked scores (some -inf)": _random_scores((5, 6), 1.0, g),
         "large masked scores (x 60)": _random_scores((4, 7), 60.0, g),
+        "float32 scores near +800 and -800 (masked)": (_random_scores((4, 6), 3.0, g)
+                                                        + torch.tensor([800.0, -800.0, 800.0, -800.0],
+                                                                       dtype=torch.float64)[:, None]).float(),
         "a (B, H, T, T) causal batch": torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64).masked_fill(
             ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")),
-        "rows with one visible key": _random_scores((3, 5), 1.0, g).masked_fill(
-            torch.arange(5) > 0, float("-inf")),
+        "rows with one visible key": torch.randn(3, 5, generator=g, dtype=torch.float64).masked_fill(
+            torch.arange(5) != torch.randint(0, 5, (3, 1), generator=g), float("-inf")),
     }
     for name, s in cases.items():
         out = entropy_from_scores(s.clone())
@@ -76,10 +85,30 @@ def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
         if torch.isnan(out).any():
             raise CheckFailed(f"{what}: got NaN. A masked key has weight 0 and score -inf: which of your "
                               "products becomes 0·(-inf) or 0·log 0, and what should that term contribute?")
-        expected = torch.special.entr(torch.softmax(s, dim=-1)).sum(-1)
+        if not torch.isfinite(out).all():
+            raise CheckFailed(f"{what}: got an infinite entropy. Which exp overflows to inf (or underflows "
+                              "so that a whole row sums to 0), and which shift of the scores prevents it?")
+        expected = torch.special.entr(torch.softmax(s.double(), dim=-1)).sum(-1)
+        if s.dtype == torch.float32:
+            if not torch.allclose(out, expected, rtol=1e-4, atol=1e-4):
+                raise CheckFailed(f"{what}: off by up to {float((out - expected).abs().max()):.2g}. Here ln Z and "
+                                  "sum_j p_j s_j are both near 800 and float32 keeps about 7 digits of each, so "
+                                  "their difference loses most of them: which shift of the scores, changing "
+                                  "neither p nor the entropy, keeps both small?")
+            continue
         assert_same(out, expected, what=f"{what} (entropy in nats, of each row of softmax(scores))",
                     rtol=1e-6, atol=1e-9)
     return f"{len(cases)} fresh sets of scores, masked and large ones included"
+
+
+# torch.ops.aten's attention operators (those this torch version has): the kernels behind
+# F.scaled_dot_product_attention and nn.MultiheadAttention, callable directly.
+_ATEN_ATTENTION = tuple(f"torch.ops.aten.{n}" for n in (
+    "scaled_dot_product_attention", "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_attention_math_for_mps", "_native_multi_head_attention")
+    if hasattr(torch.ops.aten, n))
 
 
 def _ref_cross(x, memory, w_q, w_k, w_v, w_o, num_heads, memory_mask):
@@ -96,7 +125,7 @@ def _ref_cross(x, memory, w_q, w_k, w_v, w_o, num_heads, memory_mask):
 @exercise_check(forbidden=("torch.nn.functional.multi_head_attention_forward", "torch.nn.MultiheadAttention.forward",
                            "torch.nn.functional.scaled_dot_product_attention",
                            "fundamentallm.attention.scaled_dot_product_attention",
-                           "fundamentallm.attention.MultiHeadAttention.forward"))
+                           "fundamentallm.attention.MultiHeadAttention.forward") + _ATEN_ATTENTION)
 def check_cross_attention(multi_head_cross_attention: Callable) -> str:
     """``multi_head_cross_attention(x, memory, w_q, w_k, w_v, w_o, num_heads, memory_mask=None)``:
     queries from ``x`` ``(B, T_q, C)``, keys and values from ``memory`` ``(B, T_k, C)``, ``(C, C)``
@@ -131,7 +160,7 @@ def check_cross_attention(multi_head_cross_attention: Callable) -> str:
 
 
 @exercise_check(forbidden=("torch.nn.functional.scaled_dot_product_attention",
-                           "fundamentallm.attention.scaled_dot_product_attention"))
+                           "fundamentallm.attention.scaled_dot_product_attention") + _ATEN_ATTENTION)
 def check_grouped_query_attention(grouped_query_attention: Callable) -> str:
     """``grouped_query_attention(q, k, v, causal=False)``: ``q`` ``(B, H, T, D)``, ``k`` and ``v``
     ``(B, G, T, D)`` with ``G`` dividing ``H``; query head ``h`` reads key/value head
@@ -210,6 +239,13 @@ def split_heads(x, num_heads):
         raise ValueError("bad shape")
     return x.view(B, T, num_heads, C // num_heads).transpose(1, 2)
 """, call="split_heads", message=r"should name num_heads")
+wrong_answer("check_split_heads", "edge", "a ValueError that names num_heads but not C", """
+def split_heads(x, num_heads):
+    B, T, C = x.shape
+    if C % num_heads:
+        raise ValueError(f"num_heads={num_heads} does not fit")
+    return x.view(B, T, num_heads, C // num_heads).transpose(1, 2)
+""", call="split_heads", message=r"not C")
 wrong_answer("check_split_heads", "value", "forgets the transpose and returns (B, T, H, D)", """
 def split_heads(x, num_heads):
     B, T, C = x.shape
@@ -245,6 +281,19 @@ def entropy_from_scores(s):
     p = torch.exp(s - z)
     return -torch.where(p > 0, p * (s - z), torch.zeros_like(p)).sum(-1)
 """, call="entropy_from_scores", message=r"differ|NaN")
+wrong_answer("check_entropy_from_scores", "edge", "exp of the raw scores, no shift (overflows in float32)", """
+def entropy_from_scores(s):
+    e = torch.exp(s)
+    z = e.sum(-1, keepdim=True)
+    p = e / z
+    return torch.log(z).squeeze(-1) - torch.where(p > 0, p * s, torch.zeros_like(p)).sum(-1)
+""", call="entropy_from_scores", message=r"NaN|infinite")
+wrong_answer("check_entropy_from_scores", "edge", "ln Z - sum p s without shifting the scores: cancels in float32 near 800", """
+def entropy_from_scores(s):
+    z = torch.logsumexp(s, -1, keepdim=True)
+    p = torch.exp(s - z)
+    return z[..., 0] - torch.where(p > 0, p * s, torch.zeros_like(p)).sum(-1)
+""", call="entropy_from_scores", message=r"shift of the scores")
 wrong_answer("check_entropy_from_scores", "method", "torch's Categorical computes it", """
 from torch.distributions import Categorical as Dist
 def entropy_from_scores(s):
@@ -313,6 +362,12 @@ wrong_answer("check_grouped_query_attention", "value", "returns only the G key/v
 def f(q, k, v, causal=False):
     return gqa(q, k, v, causal)[:, : k.shape[1]]
 """, call="f", message=r"expected shape")
+wrong_answer("check_grouped_query_attention", "method", "torch's aten math kernel on repeated key/value heads", """
+def f(q, k, v, causal=False):
+    r = q.shape[1] // k.shape[1]
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        q, k.repeat_interleave(r, 1), v.repeat_interleave(r, 1), is_causal=causal)[0]
+""", call="f", message=r"not to use torch\.ops\.aten")
 wrong_answer("check_grouped_query_attention", "method", "calls torch's attention with enable_gqa", """
 from torch.nn.functional import scaled_dot_product_attention as attend
 def f(q, k, v, causal=False):

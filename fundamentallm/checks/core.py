@@ -243,6 +243,13 @@ class _Forbidden:
         if isinstance(obj, types.ModuleType):
             self.modules[obj.__name__] = label
             return
+        if isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+            # ``torch.ops.aten.X`` (and ``.default`` ...): a Python wrapper around the builtin ``_op``
+            overloads = [getattr(obj, n) for n in obj.overloads()] if hasattr(obj, "overloads") else []
+            for op in [obj, *overloads]:
+                self.builtins[id(op._op)] = label
+                self._alive.append(op._op)
+            return
         fn = inspect.unwrap(obj) if callable(obj) else obj
         for f in {obj, fn}:
             code = getattr(f, "__code__", None)
