@@ -54,8 +54,10 @@ def dpo_gradients(beta, margin):
 
 
 def dpo_gradients_exp(beta, margin):
-    # sigmoid(-m) = 1 / (1 + e^m), written out (a derivation needs no log, only the loss does)
-    weight = 1 / (1 + torch.exp(margin))
+    # sigmoid(-m) = 1 / (1 + e^m), written out (a derivation needs no log, only the loss does);
+    # torch.no_grad is not autograd and is allowed
+    with torch.no_grad():
+        weight = 1 / (1 + torch.exp(margin))
     return -beta * weight, beta * weight
 
 

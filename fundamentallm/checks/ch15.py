@@ -11,8 +11,10 @@ from .wrong import wrong_answer
 
 # Gradients worked out on paper: autograd in any form is forbidden -- reverse mode
 # (torch.autograd.grad, Tensor.backward, torch.autograd.functional), forward mode
-# (torch.autograd.forward_ad) and the function transforms of torch.func (torch._functorch).
-_AUTOGRAD = ("torch.autograd", "torch._functorch", "torch.Tensor.backward")
+# (torch.autograd.forward_ad) and the function transforms of torch.func (torch._functorch). Not
+# the whole of torch.autograd: torch.no_grad lives there, and an honest answer may use it.
+_AUTOGRAD = ("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
+             "torch.autograd.functional", "torch.autograd.forward_ad", "torch._functorch")
 # A finite difference needs the function it differentiates; the derivations need only part of it.
 # ex3's answer uses a sigmoid, and only the loss needs a log: every log (and the package's loss) is
 # refused. ex5's answer uses comparisons, and only the objective needs a min or a clamp.
