@@ -53,6 +53,19 @@ def dpo_gradients(beta, margin):
     return -beta * weight, beta * weight
 
 
+def dpo_gradients_exp(beta, margin):
+    # sigmoid(-m) = 1 / (1 + e^m), written out (a derivation needs no log, only the loss does);
+    # torch.no_grad is not autograd and is allowed
+    with torch.no_grad():
+        weight = 1 / (1 + torch.exp(margin))
+    return -beta * weight, beta * weight
+
+
+def clip_stops_gradient_where(ratio, advantage, clip_eps):
+    outside = torch.where(advantage > 0, ratio > 1 + clip_eps, ratio < 1 - clip_eps)
+    return outside | (advantage == 0)
+
+
 def group_advantages(rewards, group):
     out = torch.empty_like(rewards)
     for g in group.unique():
@@ -74,9 +87,9 @@ def group_advantages_scatter(rewards, group):
 CORRECT = {
     "check_assistant_mask": [assistant_mask, assistant_mask_cumsum],
     "check_lora_trainable": [lora_trainable],
-    "check_dpo_gradients": [dpo_gradients],
+    "check_dpo_gradients": [dpo_gradients, dpo_gradients_exp],
     "check_group_advantages": [group_advantages, group_advantages_scatter],
-    "check_clip_stops_gradient": [clip_stops_gradient],
+    "check_clip_stops_gradient": [clip_stops_gradient, clip_stops_gradient_where],
 }
 
 test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \

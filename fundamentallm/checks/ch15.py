@@ -9,11 +9,25 @@ import torch
 from .core import CheckFailed, check_shape, exercise_check
 from .wrong import wrong_answer
 
-# Gradients worked out on paper: autograd in any form is forbidden.
+# Gradients worked out on paper: autograd in any form is forbidden -- reverse mode
+# (torch.autograd.grad, Tensor.backward, torch.autograd.functional), forward mode
+# (torch.autograd.forward_ad) and the function transforms of torch.func (torch._functorch). Not
+# the whole of torch.autograd: torch.no_grad lives there, and an honest answer may use it.
 _AUTOGRAD = ("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
-             "torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
-             "torch.func.grad", "torch.func.vjp", "torch.func.jacrev")
-
+             "torch.autograd.functional", "torch.autograd.forward_ad", "torch._functorch")
+# A finite difference needs the function it differentiates; the derivations need only part of it.
+# ex3's answer uses a sigmoid, and only the loss needs a log: every log (and the package's loss) is
+# refused. ex5's answer uses comparisons, and only the objective needs a min or a clamp.
+_DPO_LOSS_PARTS = ("torch.log", "torch.log1p", "torch.log2", "torch.log10", "torch.logaddexp",
+                   "torch.logsumexp", "torch.log_softmax", "torch.nn.functional.logsigmoid",
+                   "torch.nn.functional.softplus", "torch.nn.functional.binary_cross_entropy_with_logits",
+                   "torch.nn.functional.binary_cross_entropy", "torch.nn.functional.cross_entropy",
+                   "math.log", "math.log1p", "math.log2", "math.log10",
+                   "fundamentallm.posttrain.dpo_loss")
+_CLIP_OBJECTIVE_PARTS = ("torch.min", "torch.minimum", "torch.max", "torch.maximum", "torch.fmin",
+                         "torch.fmax", "torch.amin", "torch.amax", "torch.clamp", "torch.clip",
+                         "torch.clamp_min", "torch.clamp_max", "builtins.min", "builtins.max",
+                         "fundamentallm.posttrain.grpo_loss")
 
 def _ch15_rng(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(1500 + seed)
@@ -69,6 +83,9 @@ def check_assistant_mask(assistant_mask: Callable) -> str:
         if not isinstance(got, torch.Tensor):
             raise CheckFailed(f"{what}: expected a tensor, got {type(got).__name__}")
         check_shape(got, (ids.shape[0], ids.shape[1] - 1), what=f"mask for {what}")
+        if not got.is_floating_point():
+            raise CheckFailed(f"{what}: expected a float mask (0.0 and 1.0, multiplied into the loss), "
+                              f"got dtype {got.dtype}")
         expected = _ch15_reference_mask(ids, A, E)
         if not torch.equal(got.float(), expected):
             b, t = (int(v) for v in (got.float() != expected).nonzero()[0])
@@ -94,12 +111,12 @@ def check_lora_trainable(lora_trainable: Callable) -> str:
     return f"{len(cases)} sets of layers"
 
 
-@exercise_check(forbidden=_AUTOGRAD)
+@exercise_check(forbidden=_AUTOGRAD + _DPO_LOSS_PARTS)
 def check_dpo_gradients(dpo_gradients: Callable) -> str:
     """``dpo_gradients(beta, margin)``: for pairs with margins ``margin`` (``(B,)``, the implicit
     reward difference r_w - r_l), the derivatives of each pair's DPO loss with respect to
-    ``log pi_theta(y_w|x)`` and ``log pi_theta(y_l|x)``: ``(-beta s, beta s)`` with
-    ``s = sigmoid(-margin)``. Worked out on paper: autograd is refused."""
+    ``log pi_theta(y_w|x)`` and ``log pi_theta(y_l|x)``. Worked out on paper: autograd, and the
+    logs that only the loss itself needs (a finite difference), are refused."""
     gen = _ch15_rng(2)
     cases = [("the first step (every margin 0), beta=0.5", 0.5, torch.zeros(4)),
              ("margins from -3 to 3, beta=0.1", 0.1, torch.linspace(-3, 3, 7)),
@@ -159,15 +176,17 @@ def check_group_advantages(group_advantages: Callable) -> str:
                               f"all agrees, and what does the 1e-4 do?")
         if not torch.allclose(got.float(), expected, atol=1e-5, rtol=1e-5):
             raise CheckFailed(f"{what}: not each reward relative to its own group; check which answers "
-                              f"you average over, and which standard deviation (sample or population)")
+                              f"you average over, which standard deviation (sample or population), and where the "
+                              f"1e-4 goes")
     return f"{len(cases)} reward tables, shuffled groups of different sizes, groups that all agree included"
 
 
-@exercise_check(forbidden=_AUTOGRAD)
+@exercise_check(forbidden=_AUTOGRAD + _CLIP_OBJECTIVE_PARTS)
 def check_clip_stops_gradient(clip_stops_gradient: Callable) -> str:
     """``clip_stops_gradient(ratio, advantage, clip_eps)``: boolean, True where the gradient of
     ``min(ratio A, clip(ratio, 1-eps, 1+eps) A)`` with respect to ``ratio`` is zero; worked out on
-    paper (autograd is refused), compared with autograd, ratios close to the clip's edges included."""
+    paper (autograd, and the min, max and clamp that only the objective needs, are refused),
+    compared with autograd, ratios close to the clip's edges included."""
     gen = _ch15_rng(4)
     ratio = torch.tensor([0.5, 0.9, 1.0, 1.1, 1.5, 0.5, 0.9, 1.0, 1.1, 1.5, 0.5, 1.5])
     adv = torch.tensor([1.0] * 5 + [-1.0] * 5 + [0.0] * 2)
@@ -328,4 +347,74 @@ wrong_answer("check_clip_stops_gradient", "method", "a central finite difference
 def clip_stops_gradient(ratio, advantage, clip_eps, h=1e-3):
     f = lambda x: torch.min(x * advantage, x.clamp(1 - clip_eps, 1 + clip_eps) * advantage)
     return (f(ratio + h) - f(ratio - h)) / (2 * h) == 0
-""", call="clip_stops_gradient", message=r"wrong there")
+""", call="clip_stops_gradient", message=r"asks you not to use")
+
+wrong_answer("check_assistant_mask", "value", "a boolean mask where the statement asks for a float one", _MASK + """
+def assistant_mask(ids, assistant_id, end_id):
+    return _reference(ids, assistant_id, end_id).bool()
+""", call="assistant_mask", message=r"expected a float mask")
+
+wrong_answer("check_dpo_gradients", "method", "forward-mode autograd (torch.autograd.forward_ad)", """
+import torch.autograd.forward_ad as fwAD
+def dpo_gradients(beta, margin):
+    out = []
+    for sign in (1.0, -1.0):
+        with fwAD.dual_level():
+            x = fwAD.make_dual(torch.zeros_like(margin), torch.ones_like(margin))
+            loss = -torch.nn.functional.logsigmoid(margin + sign * beta * x)
+            out.append(fwAD.unpack_dual(loss).tangent)
+    return tuple(out)
+""", call="dpo_gradients", message=r"asks you not to use")
+wrong_answer("check_dpo_gradients", "method", "torch.func.grad of the loss, one margin at a time", """
+def dpo_gradients(beta, margin):
+    f = lambda lw, ll, m: -torch.nn.functional.logsigmoid(m + beta * (lw - ll))
+    z = torch.tensor(0.0)
+    dw = torch.stack([torch.func.grad(f, argnums=0)(z, z, m) for m in margin])
+    dl = torch.stack([torch.func.grad(f, argnums=1)(z, z, m) for m in margin])
+    return dw, dl
+""", call="dpo_gradients", message=r"asks you not to use")
+wrong_answer("check_dpo_gradients", "method", "a float64 central finite difference of -logsigmoid", """
+def dpo_gradients(beta, margin, h=1e-5):
+    m = margin.double()
+    loss = lambda x: -torch.nn.functional.logsigmoid(x)
+    d = (loss(m + beta * h) - loss(m - beta * h)) / (2 * h)
+    return d.float(), -d.float()
+""", call="dpo_gradients", message=r"asks you not to use")
+wrong_answer("check_dpo_gradients", "method", "a finite difference through the package's dpo_loss", """
+from fundamentallm import posttrain
+def dpo_gradients(beta, margin, h=1e-5):
+    m, z = margin.double(), torch.zeros_like(margin, dtype=torch.float64)
+    out = []
+    for i in range(len(m)):
+        loss = lambda lw, ll: posttrain.dpo_loss(lw, ll, z[i:i + 1], z[i:i + 1] + m[i:i + 1] / beta, beta)[0]
+        zero = z[i:i + 1]
+        out.append(((loss(zero + h, zero) - loss(zero - h, zero)) / (2 * h),
+                    (loss(zero, zero + h) - loss(zero, zero - h)) / (2 * h)))
+    return torch.stack([a for a, _ in out]).float(), torch.stack([b for _, b in out]).float()
+""", call="dpo_gradients", message=r"asks you not to use")
+wrong_answer("check_dpo_gradients", "method", "a float64 finite difference with math.log, element by element", """
+def dpo_gradients(beta, margin, h=1e-6):
+    loss = lambda x: math.log(1 + math.exp(-x)) if x > -30 else -x
+    d = torch.tensor([(loss(float(m) + beta * h) - loss(float(m) - beta * h)) / (2 * h) for m in margin])
+    return d, -d
+""", call="dpo_gradients", message=r"asks you not to use")
+
+wrong_answer("check_clip_stops_gradient", "method", "forward-mode autograd (torch.func.jacfwd)", """
+def clip_stops_gradient(ratio, advantage, clip_eps):
+    f = lambda x: torch.min(x * advantage, x.clamp(1 - clip_eps, 1 + clip_eps) * advantage).sum()
+    return torch.func.jacfwd(f)(ratio) == 0
+""", call="clip_stops_gradient", message=r"asks you not to use")
+wrong_answer("check_clip_stops_gradient", "method", "a float64 central finite difference, h = 1e-9", """
+def clip_stops_gradient(ratio, advantage, clip_eps, h=1e-9):
+    r, a = ratio.double(), advantage.double()
+    f = lambda x: torch.minimum(x * a, torch.clip(x, 1 - clip_eps, 1 + clip_eps) * a)
+    return ((f(r + h) - f(r - h)) / (2 * h)).abs() < 1e-3
+""", call="clip_stops_gradient", message=r"asks you not to use")
+wrong_answer("check_clip_stops_gradient", "method", "a one-sided finite difference with Python's min and max", """
+def clip_stops_gradient(ratio, advantage, clip_eps, h=1e-9):
+    def f(x, a):
+        return min(x * a, max(1 - clip_eps, min(x, 1 + clip_eps)) * a)
+    flat = [abs(f(float(r) + h, float(a)) - f(float(r), float(a))) < 1e-3 * h
+            for r, a in zip(ratio.flatten(), advantage.flatten())]
+    return torch.tensor(flat).reshape(ratio.shape)
+""", call="clip_stops_gradient", message=r"asks you not to use")
