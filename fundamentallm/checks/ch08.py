@@ -46,6 +46,8 @@ def check_char_encode(char_encode: Callable) -> str:
         ("'a zebra' (z, e, r are unknown)", "a zebra", base, 1),
         ("the empty string", "", base, 1),
         ("unicode text with unk_id=99", "café → ok", {c: i for i, c in enumerate("acfé ok")}, 99),
+        ("'Hi hI' (case matters: 'I' is unknown, 'i' is known)", "Hi hI",
+         {c: i for i, c in enumerate("Hih ", start=2)}, 1),
         ("a vocabulary built from 'hello world'", "hello, world!",
          {c: i for i, c in enumerate(sorted(set("hello world")), start=2)}, 1),
     ]
@@ -59,7 +61,9 @@ def check_char_encode(char_encode: Callable) -> str:
     return f"correct on {len(cases)} texts, unknown characters included"
 
 
-@exercise_check(forbidden=("torch.Tensor.unfold",))
+@exercise_check(forbidden=("torch.Tensor.unfold", "torch.Tensor.as_strided", "torch.as_strided",
+                           "numpy.lib.stride_tricks.sliding_window_view", "numpy.lib.stride_tricks.as_strided",
+                           "fundamentallm.data.TextDataset.__getitem__", "fundamentallm.data.get_batch"))
 def check_make_windows(make_windows: Callable) -> str:
     """``make_windows(ids, block_size, stride)`` -> ``(x, y)``, each ``(N, block_size)``: the windows
     that start at ``0, stride, 2 stride, ...`` and still have a target, ``x`` row ``i`` =
@@ -248,7 +252,7 @@ def check_chunked_bpe_encode(chunked_bpe_encode: Callable) -> str:
              ("the empty string", ""),
              ("a contraction and several spaces", "the rat's   hat  ")]
     cases = [(what, text, merges) for what, text in texts]
-    cases.append(("'abc ab bc' with two merges that compete for the 'b' ('bc' learned first)",
+    cases.append(("'abc ab bc' with two merges that compete for the 'b'",
                   "abc ab bc", {(98, 99): 256, (97, 98): 257}))
     for what, text, merges in cases:
         got = _ch08_int_list(chunked_bpe_encode(text, dict(merges), _CH08_PATTERN), f"ids of {what}")
@@ -261,8 +265,8 @@ def check_chunked_bpe_encode(chunked_bpe_encode: Callable) -> str:
         if got != expected and any(ord(c) > 127 for c in text) and len(got) != len(expected):
             raise CheckFailed(f"{what} ({text!r}): {len(got)} ids where there should be {len(expected)}; "
                               f"what does byte-level BPE start from for a character outside ASCII?")
-        _ch08_compare_ids(got, expected, f"ids of {what} ({text!r}); apply the earliest-learned merge "
-                                         f"present first")
+        _ch08_compare_ids(got, expected, f"ids of {what} ({text!r}); in which order did training "
+                                         f"create the merges that compete here?")
     return f"{len(cases)} texts, merges that cross chunk boundaries and merges that compete"
 
 
@@ -425,3 +429,26 @@ def target_counts(n, block_size):
     return torch.clamp(torch.arange(n), max=block_size)
 predicted_counts = [0, 1, 2, 3, 3, 3, 3, 3, 2, 1]
 """, call="target_counts, predicted_counts", message=r"target_counts\(10, 3\)")
+
+wrong_answer("check_char_encode", "mistake", "lowercases the text before looking characters up", """
+def char_encode(text, stoi, unk_id):
+    return [stoi.get(c, unk_id) for c in text.lower()]
+""", call="char_encode", message=r"first mismatch at position")
+wrong_answer("check_make_windows", "method", "Tensor.as_strided, the same view under another name", """
+def make_windows(ids, block_size, stride):
+    n = (len(ids) - block_size - 1) // stride + 1
+    runs = ids.as_strided((n, block_size + 1), (stride, 1))
+    return runs[:, :-1], runs[:, 1:]
+""", call="make_windows", message=r"not to use torch(\.Tensor)?\.as_strided")
+wrong_answer("check_make_windows", "method", "numpy's sliding_window_view", """
+def make_windows(ids, block_size, stride):
+    runs = torch.as_tensor(np.lib.stride_tricks.sliding_window_view(ids.numpy(), block_size + 1)[::stride].copy())
+    return runs[:, :-1], runs[:, 1:]
+""", call="make_windows", message=r"not to use numpy.lib.stride_tricks.sliding_window_view")
+wrong_answer("check_make_windows", "method", "the package's TextDataset, one window per item", """
+from fundamentallm.data import TextDataset
+def make_windows(ids, block_size, stride):
+    ds = TextDataset(ids, block_size, stride=stride)
+    pairs = [ds[i] for i in range(len(ds))]
+    return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+""", call="make_windows", message=r"not to use fundamentallm.data.TextDataset")

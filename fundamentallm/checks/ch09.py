@@ -103,7 +103,8 @@ def _ch09_smoothing_floor(V: int, eps: float) -> float:
     return float(-torch.special.xlogy(q, q).sum())
 
 
-@exercise_check(forbidden=_CH09_NO_AUTOGRAD + ("torch.optim",))
+@exercise_check(forbidden=_CH09_NO_AUTOGRAD + ("torch.optim", "torch.nn.functional.cross_entropy",
+                                               "torch.nn.functional.nll_loss"))
 def check_smoothed_loss_floor(smoothed_loss_floor: Callable) -> str:
     """``smoothed_loss_floor(V, eps)`` -> the smallest value of the label-smoothed loss of one
     position over all logits (the entropy of the smoothed target), derived, not minimised."""
@@ -239,8 +240,11 @@ def check_adam_first_step(predicted_changes: Any) -> str:
                     "v-hat after one step?" if abs(math.log10(abs(ratio))) > 1.5 else
                     "where does eps = 1e-8 matter?" if abs(g) < 1e-7 else
                     "eps is negligible here: rethink the bias correction of m and v at t = 1")
-            raise CheckFailed(f"gradient {g:g}: predicted change {p:.4g} is off by a factor {ratio:.3g} "
-                              f"({hint})")
+            size = "too large" if abs(ratio) > 1 else "too small"
+            band = max(abs(ratio), 1 / abs(ratio))
+            off = ("by more than a factor of 10" if band > 10 else "by a factor between 2 and 10" if band > 2
+                   else "by less than a factor of 2 but more than 2%")
+            raise CheckFailed(f"gradient {g:g}: predicted change {p:.4g} is {size} {off} ({hint})")
     return "changes " + ", ".join(f"{t:.3g}" for t in truth) + ": about lr·sign(g) until |g| nears eps"
 
 
@@ -451,3 +455,10 @@ def fit_power_law(sizes, losses):
     coef = torch.linalg.lstsq(torch.stack([torch.ones_like(x), x], 1), y[:, None]).solution[:, 0]
     return coef[0].exp().item(), -coef[1].item()
 """, call="fit_power_law", message=r"not to use torch.linalg.lstsq")
+
+wrong_answer("check_smoothed_loss_floor", "method", "torch's label-smoothed cross-entropy evaluated at p = q", """
+def smoothed_loss_floor(V, eps):
+    q = torch.full((V,), eps / V, dtype=torch.float64)
+    q[0] += 1 - eps
+    return F.cross_entropy(q.clamp_min(1e-300).log()[None], torch.tensor([0]), label_smoothing=eps).item()
+""", call="smoothed_loss_floor", message=r"not to use torch.nn.functional.cross_entropy")

@@ -201,7 +201,8 @@ _ALIAS_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.spec
 
 def _resolve(dotted: str) -> Any:
     """The object named by ``dotted`` (``"torch.nn.functional.softmax"``, ``"torch.Tensor.softmax"``,
-    ``"fundamentallm.attention.causal_mask"``, or a module such as ``"torch"``)."""
+    ``"fundamentallm.attention.causal_mask"``, an operator such as ``"torch.ops.aten.gelu"``, or a
+    module such as ``"torch"``)."""
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
         try:
@@ -244,8 +245,9 @@ class _Forbidden:
             self.modules[obj.__name__] = label
             return
         if isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
-            # ``torch.ops.aten.X`` (and ``.default`` ...): a Python wrapper around the builtin ``_op``
-            overloads = [getattr(obj, n) for n in obj.overloads()] if hasattr(obj, "overloads") else []
+            # ``torch.ops.aten.gelu`` and its overloads (``.default``) call a C builtin, ``_op``
+            overloads = ([getattr(obj, name) for name in obj.overloads()]
+                         if isinstance(obj, torch._ops.OpOverloadPacket) else [])
             for op in [obj, *overloads]:
                 self.builtins[id(op._op)] = label
                 self._alive.append(op._op)
