@@ -64,7 +64,7 @@ def check_pre_ln_block(pre_ln_block: Callable) -> str:
 
 
 @exercise_check(forbidden=("torch.autograd.grad", "torch.autograd.functional", "torch.Tensor.backward",
-                          "torch.func"))
+                          "torch.func", "torch.autograd.forward_ad"))
 def check_rms_norm_jacobian(rms_norm_jacobian: Callable) -> str:
     """``rms_norm_jacobian(z, weight, eps=1e-5)`` -> the ``(C, C)`` Jacobian of RMSNorm,
     ``z / sqrt(mean(z^2) + eps) * weight``, at ``z`` (``(C,)``), derived by hand (no autograd);
@@ -285,6 +285,21 @@ def rms_norm_jacobian(z, weight, eps=1e-5):
     cols = [(f(z + h * e) - f(z - h * e)) / (2 * h) for e in torch.eye(C, dtype=z.dtype)]
     return torch.stack(cols, dim=1)
 """, call="rms_norm_jacobian", message=r"finite difference")
+wrong_answer("check_rms_norm_jacobian", "method", "forward-mode autograd (one JVP per column)", """
+import torch.autograd.forward_ad as fwAD
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    f = lambda v: v / torch.sqrt(v.pow(2).mean() + eps) * weight
+    cols = []
+    with fwAD.dual_level():
+        for e in torch.eye(z.shape[-1], dtype=z.dtype):
+            cols.append(fwAD.unpack_dual(f(fwAD.make_dual(z, e))).tangent)
+    return torch.stack(cols, dim=1)
+""", call="rms_norm_jacobian", message=r"asks you not to use torch.autograd")
+wrong_answer("check_rms_norm_jacobian", "method", "torch.func.jacfwd of a written-out RMSNorm", """
+from torch.func import jacfwd as jf
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    return jf(lambda v: v / torch.sqrt(v.pow(2).mean() + eps) * weight)(z)
+""", call="rms_norm_jacobian", message=r"asks you not to use torch")
 
 wrong_answer("check_sandwich_block", "mistake", "the pre-LN block (no output norms)", """
 def sandwich_block(x, config, weights):
