@@ -75,9 +75,9 @@ def check_layer_norm(layer_norm: Callable) -> str:
 @exercise_check
 def check_dropout_covariance(dropout_covariance: Callable) -> str:
     """``dropout_covariance(W, x, p)`` -> the ``(m, m)`` covariance of ``y = W (z * x) / (1 - p)``
-    over the dropout mask ``z`` (independent Bernoulli(1 - p) entries); compared with the formula
-    ``p / (1 - p) W diag(x^2) W^T`` and with a Monte-Carlo estimate."""
-    cases = [(3, 5, 0.5, 0), (4, 2, 0.1, 1), (2, 6, 0.9, 2), (3, 3, 0.0, 3)]  # (m, n, p, seed)
+    over the dropout mask ``z`` (independent Bernoulli(1 - p) entries); compared with the exact
+    covariance and with a Monte-Carlo estimate, for up to n = 40 inputs (2^40 masks)."""
+    cases = [(3, 5, 0.5, 0), (4, 2, 0.1, 1), (2, 6, 0.9, 2), (3, 3, 0.0, 3), (3, 40, 0.3, 4)]  # (m, n, p, seed)
     for m, n, p, seed in cases:
         g = torch.Generator().manual_seed(560 + seed)
         W = torch.randn(m, n, generator=g, dtype=torch.float64)
@@ -93,10 +93,15 @@ def check_dropout_covariance(dropout_covariance: Callable) -> str:
             scale = measured.diagonal().max()
             if not torch.isfinite(got).all():
                 raise CheckFailed(f"{what}: not finite; a covariance of finite outputs is finite")
+            if not ((got - measured).diagonal().abs().max() <= 0.05 * scale):
+                raise CheckFailed(f"{what}: the variances (diagonal) differ from the measured covariance "
+                                  f"of 200,000 masks by {(got - measured).diagonal().abs().max():.3g} -- "
+                                  "what is the variance of one term z_j x_j / (1 - p)?")
             if not ((got - measured).abs().max() <= 0.05 * scale):
-                raise CheckFailed(f"{what}: differs from the measured covariance of 200,000 masks by "
-                                  f"{(got - measured).abs().max():.3g} -- is your formula missing "
-                                  "the off-diagonal terms, or the 1/(1-p)?")
+                raise CheckFailed(f"{what}: the covariances between outputs (off the diagonal) differ "
+                                  f"from the measured covariance of 200,000 masks by "
+                                  f"{(got - measured).abs().max():.3g} -- which mask entries do two "
+                                  "outputs share, and which pairs of entries are independent?")
         off = (got - expected).abs().max()
         if p > 0 and 1e-6 * expected.abs().max() < off < 0.05 * expected.abs().max():
             raise CheckFailed(f"{what}: within a few percent of the truth but not exact (off by "
@@ -415,17 +420,26 @@ def branch_scale(num_layers):
 wrong_answer("check_dropout_covariance", "mistake", "only the diagonal (outputs treated as independent)", """
 def dropout_covariance(W, x, p):
     return torch.diag(torch.diagonal(p / (1 - p) * W @ torch.diag(x ** 2) @ W.T))
-""", call="dropout_covariance", message=r"measured covariance")
+""", call="dropout_covariance", message=r"off the diagonal.*which mask entries")
 wrong_answer("check_dropout_covariance", "mistake", "the Bernoulli variance p(1-p) without the 1/(1-p)^2 scaling", """
 def dropout_covariance(W, x, p):
     return p * (1 - p) * W @ torch.diag(x ** 2) @ W.T
-""", call="dropout_covariance", message=r"measured covariance")
+""", call="dropout_covariance", message=r"variances \(diagonal\).*one term")
 wrong_answer("check_dropout_covariance", "method", "a Monte-Carlo estimate from sampled masks, not a derivation", """
 def dropout_covariance(W, x, p):
     z = (torch.rand(400_000, x.shape[0], generator=torch.Generator().manual_seed(1), dtype=x.dtype) >= p)
     ys = (z * x / (1 - p)) @ W.T
     return torch.cov(ys.T)
 """, call="dropout_covariance", message=r"not a derivation")
+wrong_answer("check_dropout_covariance", "method", "exact enumeration of all 2^n masks (a computation, no derivation)", """
+def dropout_covariance(W, x, p):
+    n = x.shape[0]
+    z = torch.cartesian_prod(*[torch.tensor([0.0, 1.0], dtype=x.dtype)] * n).reshape(-1, n)
+    prob = ((1 - p) ** z.sum(1)) * (p ** (n - z.sum(1)))
+    ys = (z * x / (1 - p)) @ W.T
+    mean = (prob[:, None] * ys).sum(0)
+    return (prob[:, None, None] * (ys - mean)[:, :, None] * (ys - mean)[:, None, :]).sum(0)
+""", call="dropout_covariance", message=r"memory|allocate")
 wrong_answer("check_dropout_covariance", "edge", "p / (1 - p) computed as 0/0 style NaN at p = 0", """
 def dropout_covariance(W, x, p):
     c = p / (1 - p) * W @ torch.diag(x ** 2) @ W.T

@@ -40,7 +40,7 @@ def _ch06_weights(**modules) -> dict:
     return {name: {k: v.detach().clone() for k, v in m.state_dict().items()} for name, m in modules.items()}
 
 
-def _ch06_check_block(student_fn: Callable, norm_position: str, formula: str) -> str:
+def _ch06_check_block(student_fn: Callable, norm_position: str) -> str:
     cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 7, 16), 4), ("layernorm", (3, 1, 8), 1)]
     for seed, (norm, shape, heads) in enumerate(cases):
         block, config = _ch06_block(norm_position, norm, seed, d_model=shape[-1], num_heads=heads)
@@ -51,16 +51,17 @@ def _ch06_check_block(student_fn: Callable, norm_position: str, formula: str) ->
             got = student_fn(x.clone(), dict(config), weights)
         what = f"{student_fn.__name__}(x of shape {shape}, {norm}, {heads} heads)"
         check_shape(got, shape, what=what)
-        assert_same(got, expected, what=f"{what} (expected {formula})", atol=1e-5, rtol=1e-4)
+        assert_same(got, expected, what=f"{what} (which input does each norm read, and does each "
+                                        "sublayer's output reach the stream?)", atol=1e-5, rtol=1e-4)
     return f"{len(cases)} blocks equal to fundamentallm.TransformerBlock(norm_position={norm_position!r})"
 
 
 @exercise_check(forbidden=("fundamentallm.model.TransformerBlock.forward",))
 def check_pre_ln_block(pre_ln_block: Callable) -> str:
-    """``pre_ln_block(x, config, weights)``: with the sublayers ``attn, ff, norm1, norm2`` built by
-    ``fundamentallm.block_sublayers(config, weights)``, ``h = x + attn(norm1(x))``,
-    ``h + ff(norm2(h))``; compared with the package's pre-LN ``TransformerBlock``."""
-    return _ch06_check_block(pre_ln_block, "pre", "h = x + attn(norm1(x)); h + ff(norm2(h))")
+    """``pre_ln_block(x, config, weights)``: the pre-LN block built from the sublayers
+    ``attn, ff, norm1, norm2`` of ``fundamentallm.block_sublayers(config, weights)``; compared with
+    the package's pre-LN ``TransformerBlock``."""
+    return _ch06_check_block(pre_ln_block, "pre")
 
 
 @exercise_check(forbidden=("torch.autograd.grad", "torch.autograd.functional", "torch.Tensor.backward",
@@ -102,9 +103,10 @@ def check_rms_norm_jacobian(rms_norm_jacobian: Callable) -> str:
 
 @exercise_check
 def check_sandwich_block(sandwich_block: Callable) -> str:
-    """``sandwich_block(x, config, weights)``: with the sublayers ``attn, ff, norm1 ... norm4``
-    built by ``fundamentallm.block_sublayers(config, weights)``, ``h = x + norm3(attn(norm1(x)))``,
-    ``h + norm4(ff(norm2(h)))``; the sublayers of a random package block plus two extra norms."""
+    """``sandwich_block(x, config, weights)``: the sandwich-norm block built from the sublayers
+    ``attn, ff, norm1 ... norm4`` of ``fundamentallm.block_sublayers(config, weights)``; tested on
+    the sublayers of a random package block plus two extra norms."""
+    # reference: h = x + norm3(attn(norm1(x))); out = h + norm4(ff(norm2(h)))
     from ..norms import make_norm
 
     cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 7, 16), 4), ("layernorm", (3, 1, 8), 1)]
@@ -196,9 +198,10 @@ def check_post_ln_lr_prediction(post_ln_at_lower_lr) -> str:
 
 @exercise_check
 def check_deepnorm_block(deepnorm_block: Callable) -> str:
-    """``deepnorm_block(x, config, weights, alpha)``: with the sublayers ``attn, ff, norm1, norm2``
-    built by ``fundamentallm.block_sublayers(config, weights)``, post-LN with the residual
-    up-weighted, ``h = norm1(alpha * x + attn(x))``, ``norm2(alpha * h + ff(h))``."""
+    """``deepnorm_block(x, config, weights, alpha)``: the DeepNorm block (post-LN wiring plus the
+    constant ``alpha``) built from the sublayers ``attn, ff, norm1, norm2`` of
+    ``fundamentallm.block_sublayers(config, weights)``."""
+    # reference: h = norm1(alpha * x + attn(x)); out = norm2(alpha * h + ff(h))
     cases = [("layernorm", (2, 5, 16), 2, 2.0), ("layernorm", (1, 7, 8), 1, 24 ** 0.25), ("rmsnorm", (3, 4, 16), 4, 1.0)]
     for seed, (norm, shape, heads, alpha) in enumerate(cases):
         block, config = _ch06_block("post", norm, 20 + seed, d_model=shape[-1], num_heads=heads)
@@ -226,13 +229,13 @@ wrong_answer("check_pre_ln_block", "mistake", "both sublayers read x (parallel b
 def pre_ln_block(x, config, weights):
     attn, ff, norm1, norm2 = fundamentallm.block_sublayers(config, weights).values()
     return x + attn(norm1(x)) + ff(norm2(x))
-""", call="pre_ln_block", message=r"h \+ ff\(norm2\(h\)\)")
+""", call="pre_ln_block", message=r"which input does each norm read")
 wrong_answer("check_pre_ln_block", "mistake", "norm1 and norm2 swapped", """
 def pre_ln_block(x, config, weights):
     attn, ff, norm1, norm2 = fundamentallm.block_sublayers(config, weights).values()
     h = x + attn(norm2(x))
     return h + ff(norm1(h))
-""", call="pre_ln_block", message=r"norm1")
+""", call="pre_ln_block", message=r"which input does each norm read")
 wrong_answer("check_pre_ln_block", "edge", "post-LN wiring (norm after the sum)", """
 def pre_ln_block(x, config, weights):
     attn, ff, norm1, norm2 = fundamentallm.block_sublayers(config, weights).values()
