@@ -69,8 +69,9 @@ def check_pre_ln_block(pre_ln_block: Callable) -> str:
 def check_rms_norm_jacobian(rms_norm_jacobian: Callable) -> str:
     """``rms_norm_jacobian(z, weight, eps=1e-5)`` -> the ``(C, C)`` Jacobian of RMSNorm,
     ``z / sqrt(mean(z^2) + eps) * weight``, at ``z`` (``(C,)``), derived by hand (no autograd);
-    compared with autograd through a written-out RMSNorm, to float64 precision (a finite
-    difference is not exact enough)."""
+    compared with autograd through a written-out RMSNorm, to float64 precision (an ordinary
+    finite difference is refused; the check cannot tell complex-step differentiation from a
+    derivation, so the derivation is what the instructor reads)."""
     cases = [(8, 0, 1.0, 1e-5), (5, 1, 10.0, 1e-5), (16, 2, 0.01, 1e-5), (3, 3, 1.0, 1e-5), (6, 4, 0.3, 0.5)]
     for C, seed, scale, eps in cases:  # (C, seed, scale of z, eps): a small scale and a large eps
         g = torch.Generator().manual_seed(660 + seed)
