@@ -72,8 +72,7 @@ def check_alibi_mean_distance(alibi_mean_distance: Callable) -> str:
                               "which head has the smallest slope?")
         if not torch.allclose(got, expected, rtol=1e-6, atol=1e-9):
             h = int((got - expected).abs().argmax())
-            slope = 2.0 ** (-8.0 * (h + 1) / H)
-            raise CheckFailed(f"{what}: head {h} (slope {slope:.4g}) gets {float(got[h]):.6g}, off by "
+            raise CheckFailed(f"{what}: head {h} gets {float(got[h]):.6g}, off by "
                               f"{float((got - expected)[h]):+.3g}; the weights are a softmax over the "
                               f"{T} keys j = 0 .. {T - 1} of -m_h (i - j); the mean distance is the "
                               "weighted average of i - j")
@@ -115,7 +114,7 @@ def _rope_rotation(position: float, D: int, base: float) -> torch.Tensor:
     return R
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.positions.RotaryEmbedding.forward",))
 def check_rope_score_matrix(rope_score_matrix: Callable) -> str:
     """``rope_score_matrix(offset, D, base=10000.0)`` -> the ``(D, D)`` matrix ``M`` with
     ``rope(q, m) . rope(k, n) = q @ M @ k`` whenever ``m - n = offset`` (half convention)."""
@@ -251,6 +250,16 @@ def rope_score_matrix(offset, D, base=10000.0):
     M[i, i], M[i + h, i + h], M[i, i + h], M[i + h, i] = c, c, s, -s
     return M
 """, call="rope_score_matrix", message=r"rotated score")
+wrong_answer("check_rope_score_matrix", "method", "measured through the package's RotaryEmbedding applied to the identity", """
+from fundamentallm.positions import RotaryEmbedding as Rope
+def rope_score_matrix(offset, D, base=10000.0):
+    rope = Rope(D, 4 * abs(offset) + 2, base=base).double()
+    n = 2 * abs(offset)
+    def Rm(pos):
+        cols = torch.eye(D, dtype=torch.float64)
+        return torch.stack([rope(c[None, None, None, :], start_pos=pos)[0, 0, 0] for c in cols], dim=1)
+    return Rm(n + offset).T @ Rm(n)
+""", call="rope_score_matrix", message=r"asks you not to use")
 wrong_answer("check_rope_score_matrix", "edge", "interleaved pairs (2k, 2k+1) instead of (i, i + D/2)", """
 def rope_score_matrix(offset, D, base=10000.0):
     theta = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)

@@ -42,7 +42,8 @@ def _ch05_grads(out: Any, inputs: list[torch.Tensor], upstream: torch.Tensor, wh
     return torch.autograd.grad((out * upstream).sum(), inputs, allow_unused=True)
 
 
-@exercise_check(forbidden=("fundamentallm.norms.LayerNorm.forward",))
+@exercise_check(forbidden=("fundamentallm.norms.LayerNorm.forward", "torch.nn.functional.layer_norm",
+                           "torch.layer_norm", "torch.native_layer_norm"))
 def check_layer_norm(layer_norm: Callable) -> str:
     """``layer_norm(x, weight, bias, eps)``: normalise the last dimension with the biased
     variance, eps inside the square root, then scale and shift; outputs and gradients equal to
@@ -74,9 +75,9 @@ def check_layer_norm(layer_norm: Callable) -> str:
 @exercise_check
 def check_dropout_covariance(dropout_covariance: Callable) -> str:
     """``dropout_covariance(W, x, p)`` -> the ``(m, m)`` covariance of ``y = W (z * x) / (1 - p)``
-    over the dropout mask ``z`` (independent Bernoulli(1 - p) entries); compared with the formula
-    ``p / (1 - p) W diag(x^2) W^T`` and with a Monte-Carlo estimate."""
-    cases = [(3, 5, 0.5, 0), (4, 2, 0.1, 1), (2, 6, 0.9, 2), (3, 3, 0.0, 3)]  # (m, n, p, seed)
+    over the dropout mask ``z`` (independent Bernoulli(1 - p) entries); compared with the exact
+    covariance and with a Monte-Carlo estimate, for up to n = 40 inputs (2^40 masks)."""
+    cases = [(3, 5, 0.5, 0), (4, 2, 0.1, 1), (2, 6, 0.9, 2), (3, 3, 0.0, 3), (3, 40, 0.3, 4)]  # (m, n, p, seed)
     for m, n, p, seed in cases:
         g = torch.Generator().manual_seed(560 + seed)
         W = torch.randn(m, n, generator=g, dtype=torch.float64)
@@ -92,10 +93,15 @@ def check_dropout_covariance(dropout_covariance: Callable) -> str:
             scale = measured.diagonal().max()
             if not torch.isfinite(got).all():
                 raise CheckFailed(f"{what}: not finite; a covariance of finite outputs is finite")
+            if not ((got - measured).diagonal().abs().max() <= 0.05 * scale):
+                raise CheckFailed(f"{what}: the variances (diagonal) differ from the measured covariance "
+                                  f"of 200,000 masks by {(got - measured).diagonal().abs().max():.3g} -- "
+                                  "what is the variance of one term z_j x_j / (1 - p)?")
             if not ((got - measured).abs().max() <= 0.05 * scale):
-                raise CheckFailed(f"{what}: differs from the measured covariance of 200,000 masks by "
-                                  f"{(got - measured).abs().max():.3g} -- is your formula missing "
-                                  "the off-diagonal terms, or the 1/(1-p)?")
+                raise CheckFailed(f"{what}: the covariances between outputs (off the diagonal) differ "
+                                  f"from the measured covariance of 200,000 masks by "
+                                  f"{(got - measured).abs().max():.3g} -- which mask entries do two "
+                                  "outputs share, and which pairs of entries are independent?")
         off = (got - expected).abs().max()
         if p > 0 and 1e-6 * expected.abs().max() < off < 0.05 * expected.abs().max():
             raise CheckFailed(f"{what}: within a few percent of the truth but not exact (off by "
@@ -105,7 +111,18 @@ def check_dropout_covariance(dropout_covariance: Callable) -> str:
     return f"matches the formula and the measurement on {len(cases)} layers"
 
 
-@exercise_check(forbidden=("torch.autograd.grad", "torch.Tensor.backward", "torch.func"))
+def _ch05_not_approximate(got: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Reject an answer that is close to the derivative but not equal to it in float64."""
+    if got.shape != expected.shape or not torch.isfinite(got).all():
+        return
+    rel = float((got - expected).abs().max() / expected.abs().max().clamp_min(1e-300))
+    if 1e-13 < rel < 1e-3:
+        raise CheckFailed(f"{what}: close (relative error {rel:.1e}) but not exact: a numerical "
+                          "approximation (a finite difference) is not the derivative; derive every term")
+
+
+@exercise_check(forbidden=("torch.autograd.grad", "torch.Tensor.backward", "torch.func",
+                           "torch.autograd.forward_ad", "torch.autograd.functional"))
 def check_batch_norm_backward(batch_norm_backward: Callable) -> str:
     """``batch_norm_backward(x, gamma, dy, eps=1e-5)`` -> ``(dx, dgamma, dbeta)`` for training-mode
     BatchNorm of ``x`` (N, C) with batch statistics (biased variance), given the upstream gradient
@@ -126,7 +143,9 @@ def check_batch_norm_backward(batch_norm_backward: Callable) -> str:
         dx, dgamma, dbeta = got
         for name, value, expected in (("dbeta", dbeta, ref[2]), ("dgamma", dgamma, ref[1])):
             check_shape(value, tuple(expected.shape), what=f"{what}: {name}")
-            assert_same(_as_tensor(value).double(), expected, what=f"{what}: {name}", rtol=1e-6, atol=1e-8)
+            value = _as_tensor(value).double()
+            _ch05_not_approximate(value, expected, f"{what}: {name}")
+            assert_same(value, expected, what=f"{what}: {name}", rtol=1e-10, atol=1e-12)
         check_shape(dx, (N, C), what=f"{what}: dx")
         dx = _as_tensor(dx).double()
         sigma = torch.sqrt(x.detach().var(dim=0, unbiased=False) + eps)
@@ -134,7 +153,8 @@ def check_batch_norm_backward(batch_norm_backward: Callable) -> str:
             raise CheckFailed(f"{what}: dx treats the batch mean and variance as constants; they are "
                               "computed from every row of x, so each x_n also moves the others' "
                               "outputs: differentiate through mu_B and sigma_B too")
-        assert_same(dx, ref[0], what=f"{what}: dx", rtol=1e-6, atol=1e-8)
+        _ch05_not_approximate(dx, ref[0], f"{what}: dx")
+        assert_same(dx, ref[0], what=f"{what}: dx", rtol=1e-10, atol=1e-12)
     return f"dx, dgamma and dbeta equal autograd's on {len(cases)} batches"
 
 
@@ -250,7 +270,10 @@ def layer_norm(x, weight, bias, eps=1e-5):
 """, call="layer_norm", message=r"large eps")
 wrong_answer("check_layer_norm", "mistake", "detached inputs: no gradient flows", """
 def layer_norm(x, weight, bias, eps=1e-5):
-    return F.layer_norm(x.detach(), x.shape[-1:], weight.detach(), bias.detach(), eps)
+    x, weight, bias = x.detach(), weight.detach(), bias.detach()
+    mean = x.mean(dim=-1, keepdim=True)
+    var = (x - mean).pow(2).mean(dim=-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias
 """, call="layer_norm", message=r"not differentiable")
 wrong_answer("check_layer_norm", "method", "the package's LayerNorm under another name", """
 from fundamentallm.norms import LayerNorm as Norm
@@ -259,6 +282,15 @@ def layer_norm(x, weight, bias, eps=1e-5):
     norm.weight, norm.bias = torch.nn.Parameter(weight), torch.nn.Parameter(bias)
     return norm(x)
 """, call="layer_norm", message=r"asks you not to use")
+wrong_answer("check_layer_norm", "method", "torch's F.layer_norm", """
+def layer_norm(x, weight, bias, eps=1e-5):
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+""", call="layer_norm", message=r"asks you not to use torch")
+wrong_answer("check_layer_norm", "method", "torch.native_layer_norm under another name", """
+from torch import native_layer_norm as nln
+def layer_norm(x, weight, bias, eps=1e-5):
+    return nln(x, x.shape[-1:], weight, bias, eps)[0]
+""", call="layer_norm", message=r"asks you not to use torch")
 
 _BN_RIGHT = """
 def _bn(x, gamma, dy, eps):
@@ -300,6 +332,30 @@ def batch_norm_backward(x, gamma, dy, eps=1e-5):
     _, vjp = torch.func.vjp(fwd, x)
     return vjp(dy)[0], *_bn(x, gamma, dy, eps)[1:3]
 """, call="batch_norm_backward", message=r"asks you not to use torch")
+wrong_answer("check_batch_norm_backward", "method", "forward-mode autograd (one JVP per entry)", _BN_RIGHT + """
+import torch.autograd.forward_ad as fwAD
+def batch_norm_backward(x, gamma, dy, eps=1e-5):
+    fwd = lambda v: (v - v.mean(0)) / torch.sqrt(v.var(0, unbiased=False) + eps) * gamma
+    dx = torch.zeros_like(x)
+    with fwAD.dual_level():
+        for idx in range(x.numel()):
+            t = torch.zeros_like(x).view(-1)
+            t[idx] = 1
+            out = fwAD.unpack_dual(fwd(fwAD.make_dual(x, t.view_as(x)))).tangent
+            dx.view(-1)[idx] = (out * dy).sum()
+    return dx, *_bn(x, gamma, dy, eps)[1:3]
+""", call="batch_norm_backward", message=r"asks you not to use torch.autograd")
+wrong_answer("check_batch_norm_backward", "method", "central finite differences in float64, h = 1e-5", _BN_RIGHT + """
+def batch_norm_backward(x, gamma, dy, eps=1e-5):
+    f = lambda v: ((v - v.mean(0)) / torch.sqrt(v.var(0, unbiased=False) + eps) * gamma * dy).sum()
+    dx, h = torch.zeros_like(x), 1e-5
+    for idx in range(x.numel()):
+        e = torch.zeros_like(x).view(-1)
+        e[idx] = h
+        e = e.view_as(x)
+        dx.view(-1)[idx] = (f(x + e) - f(x - e)) / (2 * h)
+    return dx, *_bn(x, gamma, dy, eps)[1:3]
+""", call="batch_norm_backward", message=r"finite difference")
 
 wrong_answer("check_group_norm", "mistake", "LayerNorm over all C channels", """
 def group_norm(x, num_groups, weight, bias, eps=1e-5):
@@ -364,17 +420,26 @@ def branch_scale(num_layers):
 wrong_answer("check_dropout_covariance", "mistake", "only the diagonal (outputs treated as independent)", """
 def dropout_covariance(W, x, p):
     return torch.diag(torch.diagonal(p / (1 - p) * W @ torch.diag(x ** 2) @ W.T))
-""", call="dropout_covariance", message=r"measured covariance")
+""", call="dropout_covariance", message=r"off the diagonal.*which mask entries")
 wrong_answer("check_dropout_covariance", "mistake", "the Bernoulli variance p(1-p) without the 1/(1-p)^2 scaling", """
 def dropout_covariance(W, x, p):
     return p * (1 - p) * W @ torch.diag(x ** 2) @ W.T
-""", call="dropout_covariance", message=r"measured covariance")
+""", call="dropout_covariance", message=r"variances \(diagonal\).*one term")
 wrong_answer("check_dropout_covariance", "method", "a Monte-Carlo estimate from sampled masks, not a derivation", """
 def dropout_covariance(W, x, p):
     z = (torch.rand(400_000, x.shape[0], generator=torch.Generator().manual_seed(1), dtype=x.dtype) >= p)
     ys = (z * x / (1 - p)) @ W.T
     return torch.cov(ys.T)
 """, call="dropout_covariance", message=r"not a derivation")
+wrong_answer("check_dropout_covariance", "method", "exact enumeration of all 2^n masks (a computation, no derivation)", """
+def dropout_covariance(W, x, p):
+    n = x.shape[0]
+    z = torch.cartesian_prod(*[torch.tensor([0.0, 1.0], dtype=x.dtype)] * n).reshape(-1, n)
+    prob = ((1 - p) ** z.sum(1)) * (p ** (n - z.sum(1)))
+    ys = (z * x / (1 - p)) @ W.T
+    mean = (prob[:, None] * ys).sum(0)
+    return (prob[:, None, None] * (ys - mean)[:, :, None] * (ys - mean)[:, None, :]).sum(0)
+""", call="dropout_covariance", message=r"memory|allocate")
 wrong_answer("check_dropout_covariance", "edge", "p / (1 - p) computed as 0/0 style NaN at p = 0", """
 def dropout_covariance(W, x, p):
     c = p / (1 - p) * W @ torch.diag(x ** 2) @ W.T

@@ -40,7 +40,7 @@ def _ch06_weights(**modules) -> dict:
     return {name: {k: v.detach().clone() for k, v in m.state_dict().items()} for name, m in modules.items()}
 
 
-def _ch06_check_block(student_fn: Callable, norm_position: str, formula: str) -> str:
+def _ch06_check_block(student_fn: Callable, norm_position: str) -> str:
     cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 7, 16), 4), ("layernorm", (3, 1, 8), 1)]
     for seed, (norm, shape, heads) in enumerate(cases):
         block, config = _ch06_block(norm_position, norm, seed, d_model=shape[-1], num_heads=heads)
@@ -51,25 +51,27 @@ def _ch06_check_block(student_fn: Callable, norm_position: str, formula: str) ->
             got = student_fn(x.clone(), dict(config), weights)
         what = f"{student_fn.__name__}(x of shape {shape}, {norm}, {heads} heads)"
         check_shape(got, shape, what=what)
-        assert_same(got, expected, what=f"{what} (expected {formula})", atol=1e-5, rtol=1e-4)
+        assert_same(got, expected, what=f"{what} (which input does each norm read, and does each "
+                                        "sublayer's output reach the stream?)", atol=1e-5, rtol=1e-4)
     return f"{len(cases)} blocks equal to fundamentallm.TransformerBlock(norm_position={norm_position!r})"
 
 
 @exercise_check(forbidden=("fundamentallm.model.TransformerBlock.forward",))
 def check_pre_ln_block(pre_ln_block: Callable) -> str:
-    """``pre_ln_block(x, config, weights)``: with the sublayers ``attn, ff, norm1, norm2`` built by
-    ``fundamentallm.block_sublayers(config, weights)``, ``h = x + attn(norm1(x))``,
-    ``h + ff(norm2(h))``; compared with the package's pre-LN ``TransformerBlock``."""
-    return _ch06_check_block(pre_ln_block, "pre", "h = x + attn(norm1(x)); h + ff(norm2(h))")
+    """``pre_ln_block(x, config, weights)``: the pre-LN block built from the sublayers
+    ``attn, ff, norm1, norm2`` of ``fundamentallm.block_sublayers(config, weights)``; compared with
+    the package's pre-LN ``TransformerBlock``."""
+    return _ch06_check_block(pre_ln_block, "pre")
 
 
 @exercise_check(forbidden=("torch.autograd.grad", "torch.autograd.functional", "torch.Tensor.backward",
-                          "torch.func"))
+                          "torch.func", "torch.autograd.forward_ad"))
 def check_rms_norm_jacobian(rms_norm_jacobian: Callable) -> str:
     """``rms_norm_jacobian(z, weight, eps=1e-5)`` -> the ``(C, C)`` Jacobian of RMSNorm,
     ``z / sqrt(mean(z^2) + eps) * weight``, at ``z`` (``(C,)``), derived by hand (no autograd);
-    compared with autograd through a written-out RMSNorm, to float64 precision (a finite
-    difference is not exact enough)."""
+    compared with autograd through a written-out RMSNorm, to float64 precision (an ordinary
+    finite difference is refused; the check cannot tell complex-step differentiation from a
+    derivation, so the derivation is what the instructor reads)."""
     cases = [(8, 0, 1.0, 1e-5), (5, 1, 10.0, 1e-5), (16, 2, 0.01, 1e-5), (3, 3, 1.0, 1e-5), (6, 4, 0.3, 0.5)]
     for C, seed, scale, eps in cases:  # (C, seed, scale of z, eps): a small scale and a large eps
         g = torch.Generator().manual_seed(660 + seed)
@@ -102,9 +104,10 @@ def check_rms_norm_jacobian(rms_norm_jacobian: Callable) -> str:
 
 @exercise_check
 def check_sandwich_block(sandwich_block: Callable) -> str:
-    """``sandwich_block(x, config, weights)``: with the sublayers ``attn, ff, norm1 ... norm4``
-    built by ``fundamentallm.block_sublayers(config, weights)``, ``h = x + norm3(attn(norm1(x)))``,
-    ``h + norm4(ff(norm2(h)))``; the sublayers of a random package block plus two extra norms."""
+    """``sandwich_block(x, config, weights)``: the sandwich-norm block built from the sublayers
+    ``attn, ff, norm1 ... norm4`` of ``fundamentallm.block_sublayers(config, weights)``; tested on
+    the sublayers of a random package block plus two extra norms."""
+    # reference: h = x + norm3(attn(norm1(x))); out = h + norm4(ff(norm2(h)))
     from ..norms import make_norm
 
     cases = [("layernorm", (2, 5, 16), 2), ("rmsnorm", (1, 7, 16), 4), ("layernorm", (3, 1, 8), 1)]
@@ -196,9 +199,10 @@ def check_post_ln_lr_prediction(post_ln_at_lower_lr) -> str:
 
 @exercise_check
 def check_deepnorm_block(deepnorm_block: Callable) -> str:
-    """``deepnorm_block(x, config, weights, alpha)``: with the sublayers ``attn, ff, norm1, norm2``
-    built by ``fundamentallm.block_sublayers(config, weights)``, post-LN with the residual
-    up-weighted, ``h = norm1(alpha * x + attn(x))``, ``norm2(alpha * h + ff(h))``."""
+    """``deepnorm_block(x, config, weights, alpha)``: the DeepNorm block (post-LN wiring plus the
+    constant ``alpha``) built from the sublayers ``attn, ff, norm1, norm2`` of
+    ``fundamentallm.block_sublayers(config, weights)``."""
+    # reference: h = norm1(alpha * x + attn(x)); out = norm2(alpha * h + ff(h))
     cases = [("layernorm", (2, 5, 16), 2, 2.0), ("layernorm", (1, 7, 8), 1, 24 ** 0.25), ("rmsnorm", (3, 4, 16), 4, 1.0)]
     for seed, (norm, shape, heads, alpha) in enumerate(cases):
         block, config = _ch06_block("post", norm, 20 + seed, d_model=shape[-1], num_heads=heads)
@@ -226,13 +230,13 @@ wrong_answer("check_pre_ln_block", "mistake", "both sublayers read x (parallel b
 def pre_ln_block(x, config, weights):
     attn, ff, norm1, norm2 = fundamentallm.block_sublayers(config, weights).values()
     return x + attn(norm1(x)) + ff(norm2(x))
-""", call="pre_ln_block", message=r"h \+ ff\(norm2\(h\)\)")
+""", call="pre_ln_block", message=r"which input does each norm read")
 wrong_answer("check_pre_ln_block", "mistake", "norm1 and norm2 swapped", """
 def pre_ln_block(x, config, weights):
     attn, ff, norm1, norm2 = fundamentallm.block_sublayers(config, weights).values()
     h = x + attn(norm2(x))
     return h + ff(norm1(h))
-""", call="pre_ln_block", message=r"norm1")
+""", call="pre_ln_block", message=r"which input does each norm read")
 wrong_answer("check_pre_ln_block", "edge", "post-LN wiring (norm after the sum)", """
 def pre_ln_block(x, config, weights):
     attn, ff, norm1, norm2 = fundamentallm.block_sublayers(config, weights).values()
@@ -285,6 +289,21 @@ def rms_norm_jacobian(z, weight, eps=1e-5):
     cols = [(f(z + h * e) - f(z - h * e)) / (2 * h) for e in torch.eye(C, dtype=z.dtype)]
     return torch.stack(cols, dim=1)
 """, call="rms_norm_jacobian", message=r"finite difference")
+wrong_answer("check_rms_norm_jacobian", "method", "forward-mode autograd (one JVP per column)", """
+import torch.autograd.forward_ad as fwAD
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    f = lambda v: v / torch.sqrt(v.pow(2).mean() + eps) * weight
+    cols = []
+    with fwAD.dual_level():
+        for e in torch.eye(z.shape[-1], dtype=z.dtype):
+            cols.append(fwAD.unpack_dual(f(fwAD.make_dual(z, e))).tangent)
+    return torch.stack(cols, dim=1)
+""", call="rms_norm_jacobian", message=r"asks you not to use torch.autograd")
+wrong_answer("check_rms_norm_jacobian", "method", "torch.func.jacfwd of a written-out RMSNorm", """
+from torch.func import jacfwd as jf
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    return jf(lambda v: v / torch.sqrt(v.pow(2).mean() + eps) * weight)(z)
+""", call="rms_norm_jacobian", message=r"asks you not to use torch")
 
 wrong_answer("check_sandwich_block", "mistake", "the pre-LN block (no output norms)", """
 def sandwich_block(x, config, weights):
