@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
 import inspect
 import math
 import os
@@ -199,6 +200,18 @@ _ALIAS_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.spec
                      "torch.fft", "torch._C._nn", "torch._C._special", "torch._C._linalg")
 
 
+def _unimported_package(dotted: str) -> bool:
+    """Whether ``dotted`` names a top-level package that is installed but not imported yet
+    (``"sympy"``, ``"transformers"``): forbidding it needs only its name, and importing a large
+    package just to forbid it would slow every chapter down."""
+    if "." in dotted or dotted in sys.modules:
+        return False
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _resolve(dotted: str) -> Any:
     """The object named by ``dotted`` (``"torch.nn.functional.softmax"``, ``"torch.Tensor.softmax"``,
     ``"fundamentallm.attention.causal_mask"``, or a module such as ``"torch"``)."""
@@ -231,6 +244,9 @@ class _Forbidden:
         self.modules: dict[str, str] = {}
         self._alive: list[Any] = []
         for dotted in names:
+            if _unimported_package(dotted):
+                self.modules[dotted] = dotted
+                continue
             obj = _resolve(dotted)
             self._add(dotted, obj)
             if dotted.startswith("torch.") and not isinstance(obj, types.ModuleType):
@@ -291,6 +307,15 @@ class _Forbidden:
         return label
 
 
+# Why some forbidden names are forbidden, appended to the refusal.
+_WHY_FORBIDDEN = {
+    "fundamentallm.gradcheck": " (a finite difference is a test, not a derivation)",
+    "sympy": " (a computer-algebra derivative is not a derivation by hand)",
+    "mpmath": " (a high-precision numerical derivative is a test, not a derivation)",
+    "transformers": " (Hugging Face's implementation is the one you are rebuilding)",
+}
+
+
 def run_forbidding(names: tuple[str, ...], call: Callable[[], Any]) -> Any:
     """Run ``call()``; any call the student's code makes meanwhile (directly, or through a library
     such as ``nn.CrossEntropyLoss``) to one of ``names`` or its aliases fails with a
@@ -325,7 +350,8 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any]) -> Any:
         raise CheckFailed("your code changed the profiler (sys.setprofile) that checks the "
                           "functions this exercise forbids")
     if used:
-        raise CheckFailed(f"this exercise asks you not to use {used[0]}; write it with "
+        why = next((w for m, w in _WHY_FORBIDDEN.items() if used[0] == m or used[0].startswith(m + ".")), "")
+        raise CheckFailed(f"this exercise asks you not to use {used[0]}{why}; write it with "
                           f"basic operations instead")
     if error is not None:
         raise error
@@ -460,7 +486,8 @@ def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidd
                                  may_return_none=may_return_none, self_check=self_check)
     forbidden = tuple(forbidden)
     for name in forbidden:
-        _resolve(name)  # fail at import time on a typo
+        if not _unimported_package(name):
+            _resolve(name)  # fail at import time on a typo
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Optional[bool]:
@@ -517,9 +544,11 @@ def assert_same(actual: Any, expected: Any, what: str = "output", rtol: Optional
             bad = a != e
         idx = tuple(int(i) for i in bad.nonzero()[0]) if bad.any() else ()
         diff = (a.double() - e.double()).abs()
+        ev, av = e[idx].item(), a[idx].item()
+        digits = next((d for d in (6, 9, 12, 17) if f"{ev:.{d}g}" != f"{av:.{d}g}"), 17)
         raise CheckFailed(
             f"{what}: {int(bad.sum())} of {a.numel()} elements differ; first mismatch at index "
-            f"{idx}: expected {e[idx].item():.6g}, got {a[idx].item():.6g} "
+            f"{idx}: expected {ev:.{digits}g}, got {av:.{digits}g} "
             f"(max abs difference {diff.max().item():.3g})"
         ) from None
 
