@@ -272,9 +272,12 @@ class _Forbidden:
 
     def match_python(self, frame: types.FrameType) -> Optional[str]:
         label = self.codes.get(frame.f_code)
-        if label is None and self.modules:
+        if label is None and self.modules and frame.f_code.co_name != "<module>":  # importing is not using
             module = frame.f_globals.get("__name__", "")
-            label = next((v for m, v in self.modules.items() if module == m or module.startswith(m + ".")), None)
+            caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back is not None else ""
+            label = next((v for m, v in self.modules.items() if (module == m or module.startswith(m + "."))
+                          # a call inside the package (also from code it generates) is not a new use
+                          and not (caller == m or caller.startswith(m + "."))), None)
         return label
 
     def match_function(self, fn: Any) -> Optional[str]:
