@@ -247,7 +247,7 @@ def check_gelu_backward(gelu_backward: Callable, limits: Any, extremes: Any) -> 
             raise CheckFailed(f"{what}: dx has NaN or inf; the derivative is finite everywhere "
                               f"(1 - tanh^2 u underflows to 0 at large |u|, which is fine)")
         assert_same(dx, dy * _ch11_gelu_grad(x), f"{what}: dx (compared to 5e-14: a derived formula is exact "
-                    f"to rounding, a difference quotient is not)", rtol=5e-13, atol=5e-14)
+                    f"to rounding, an ordinary float64 difference quotient is not)", rtol=5e-13, atol=5e-14)
     return (f"{len(cases)} cases equal to autograd of F.gelu(approximate='tanh') to 5e-14; dy/dx "
             f"ranges from {true[0]:.4f} to {true[1]:.4f} (at x = {grid[g.argmin()]:.3f} and "
             f"{grid[g.argmax()]:.3f})")
