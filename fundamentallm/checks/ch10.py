@@ -455,10 +455,7 @@ def check_greedy_trap(make_trap: Callable) -> str:
     logp = torch.log_softmax(table.double(), dim=-1)
     n = 3
     seq, greedy_total = [start], 0.0
-    margins = []
     for _ in range(n):
-        top2 = logp[seq[-1]].topk(2).values
-        margins.append(float(top2[0] - top2[1]))
         t = int(logp[seq[-1]].argmax())
         greedy_total += float(logp[seq[-1], t])
         seq.append(t)
@@ -478,12 +475,14 @@ def check_greedy_trap(make_trap: Callable) -> str:
         raise CheckFailed(f"greedy misses the most likely continuation by {gap:.2f} nats, but beam search with "
                           f"2 beams misses it too (it finds {found}): it keeps only the two best partial "
                           f"sequences at each step, and your most likely path is not among them at some step")
-    tie = next((i for i, m in enumerate(margins) if not m >= 1e-3), None)
-    if tie is not None:
-        raise CheckFailed(f"at greedy's step {tie + 1} (after token {seq[tie]}) the two most likely tokens tie, "
-                          f"so greedy's choice is decided by argmax's tie-break, not by the probabilities; "
-                          f"design a trap in which greedy's choice is strictly the most likely token at "
-                          f"every step (by at least 0.001 nats)")
+    # where greedy leaves the best path, its token must be strictly more likely than the best path's
+    k = next(i for i in range(n) if seq[i + 1] != best[i])
+    prev = seq[k]
+    if not float(logp[prev, seq[k + 1]] - logp[prev, best[k]]) >= 1e-3:
+        raise CheckFailed(f"at step {k + 1} (after token {prev}) greedy leaves the most likely continuation "
+                          f"only because two tokens tie and argmax's tie-break picks one, not because of "
+                          f"the probabilities; design a trap in which greedy's choice there is strictly more "
+                          f"likely (by at least 0.001 nats) than the token the better path takes")
     return (f"greedy finds {seq[1:]} (total log-prob {greedy_total:.2f}); the most likely continuation "
             f"{list(best)} ({best_total:.2f}, {gap:.2f} nats more) is found by 2 beams")
 
