@@ -163,7 +163,9 @@ def test_exercise_check_with_and_without_arguments():
 def test_every_forbidden_name_resolves_and_is_documented_in_the_statement_or_the_package():
     for check, names in FORBIDDEN.items():
         for name in names:
-            assert name.startswith(("torch.", "numpy.", "fundamentallm.")), (check, name)
+            # whole third-party packages an exercise's reference implementation lives in
+            third_party = {"transformers", "sympy", "mpmath"}
+            assert name.startswith(("torch.", "numpy.", "fundamentallm.")) or name in third_party, (check, name)
 
 
 def test_what_a_check_shows_in_a_notebook(tmp_path):
@@ -239,3 +241,15 @@ def test_rng_is_fixed_in_a_notebook_and_fresh_when_grading():
         e = torch.randn(3, generator=checks.rng(1))
     assert not torch.equal(a, c) and torch.equal(c, e) and not torch.equal(d, a)
     assert torch.equal(torch.randn(3, generator=torch.Generator().manual_seed(1)), a)  # restored
+
+
+def test_a_forbidden_package_that_is_not_imported_yet_is_forbidden_without_importing_it():
+    import sys
+
+    from fundamentallm.checks.core import _Forbidden, _unimported_package
+    name = next((m for m in ("transformers", "sympy", "mpmath") if m not in sys.modules), None)
+    if name is None:
+        pytest.skip("every candidate package is already imported in this process")
+    assert _unimported_package(name) and not _unimported_package("torch")
+    assert _Forbidden((name,)).modules == {name: name}
+    assert name not in sys.modules

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -51,11 +52,11 @@ def _ch10_repetition_reference(logits: torch.Tensor, ids: torch.Tensor, penalty:
     return out
 
 
-@exercise_check
+@exercise_check(forbidden=("transformers",))
 def check_repetition_penalty(repetition_penalty: Callable) -> str:
     """``repetition_penalty(logits, ids, penalty)``: ``(B, V)`` next-token logits and the ``(B, T)``
-    tokens so far -> new logits in which every token that occurs in its row's context (once or
-    more) is made less likely by the factor ``penalty`` on its logit's magnitude (CTRL's penalty,
+    tokens so far -> new logits in which the logit of every token that occurs in its row's context
+    (once or more) is lowered by the factor ``penalty`` on its magnitude (a logit of exactly 0 stays 0) (CTRL's penalty,
     Keskar et al. 2019, corrected for negative logits); the other logits unchanged."""
     g = _ch10_rng(7)
     V = 12
@@ -70,6 +71,8 @@ def check_repetition_penalty(repetition_penalty: Callable) -> str:
         cases.append((what, logits, torch.randint(0, V, (B, T), generator=g), penalty))
     mixed = torch.tensor([[2.0, -1.0, 0.5, -3.0, 1.0, 0.0]])
     cases.append(("[2, -1, 0.5, -3, 1, 0] after tokens [1, 3, 3, 0]", mixed, torch.tensor([[1, 3, 3, 0]]), 2.0))
+    cases.append(("[2, -1, 0.5, -3, 1, 0] after tokens [5, 1, 5] (a logit of exactly 0 in the context)",
+                  mixed, torch.tensor([[5, 1, 5]]), 2.0))
     for what, logits, ids, penalty in cases:
         got = repetition_penalty(logits, ids, penalty)
         if not isinstance(got, torch.Tensor):
@@ -92,10 +95,43 @@ def check_repetition_penalty(repetition_penalty: Callable) -> str:
                 hint = "this repeated token's logit was negative and moved up: it became MORE likely; which way does dividing by penalty > 1 move a negative number?"
             elif z > 0 and new >= z and penalty > 1:
                 hint = "this repeated token's logit was positive and did not go down"
+            elif z == 0:
+                hint = "this repeated token's logit is exactly 0: what does rescaling its magnitude by penalty give?"
             else:
                 hint = "a repeated token's logit must shrink towards less likely by the factor penalty (in magnitude)"
             raise CheckFailed(f"{what}, penalty={penalty}: row {b}, token {t} (logit {z:.4g}) became {new:.4g}; {hint}")
     return f"{len(cases)} cases: positive and negative logits, repeated tokens, penalty 1"
+
+
+class _CountTorchCalls(torch.overrides.TorchFunctionMode):
+    """Counts the torch functions and tensor methods called while active (a call made inside
+    another is not counted twice)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        if self.n > 500:  # enough to decide: stop a loop over 4096 rows early
+            raise _TooManyCalls
+        return func(*args, **(kwargs or {}))
+
+
+class _TooManyCalls(Exception):
+    pass
+
+
+def _ch10_no_row_loop(fn: Callable, arg: float, what: str) -> None:
+    """Fail if ``fn(logits, arg)`` on a (4096, 50) batch makes a torch call per row: a Python loop
+    over rows. One batched pass makes a few dozen calls, whatever the batch size."""
+    logits = torch.randn(4096, 50, generator=_ch10_rng(11))
+    with contextlib.suppress(_TooManyCalls), _CountTorchCalls() as counter:
+        fn(logits, arg)
+    if counter.n > 500:
+        raise CheckFailed(f"{what}: on a (4096, 50) batch your function made more than 500 tensor operations, "
+                          f"more than one per row: a Python loop over the rows. The exercise asks for one "
+                          f"batched pass -- every operation on the whole (..., V) tensor at once")
 
 
 def _ch10_top_p_reference(logits: torch.Tensor, p: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,7 +152,7 @@ def _ch10_top_p_reference(logits: torch.Tensor, p: float) -> tuple[torch.Tensor,
     return keep.reshape(logits.shape), ambiguous.reshape(logits.shape[:-1])
 
 
-@exercise_check(forbidden=("fundamentallm.generation.top_p_filter",))
+@exercise_check(forbidden=("fundamentallm.generation.top_p_filter", "transformers"))
 def check_top_p_filter(top_p_filter: Callable) -> str:
     """``top_p_filter(logits, p)`` for ``(..., V)`` logits: nucleus filtering of each row, compared
     with a row-by-row float64 reference (rows within 1e-5 of a boundary are not compared)."""
@@ -143,7 +179,9 @@ def check_top_p_filter(top_p_filter: Callable) -> str:
         keep, ambiguous = _ch10_top_p_reference(logits, p)
         clear = ~ambiguous
         _ch10_compare_kept(got[clear], keep[clear], what)
-    return f"{len(cases)} cases (a worked example, batches, p = 1, peaked rows) equal the reference"
+    _ch10_no_row_loop(top_p_filter, 0.9, "p=0.9")
+    return (f"{len(cases)} cases (a worked example, batches, p = 1, peaked rows) equal the reference; "
+            f"a (4096, 50) batch in one pass")
 
 
 def _ch10_greedy_reference(table: torch.Tensor, ids: torch.Tensor, n: int) -> torch.Tensor:
@@ -180,7 +218,7 @@ def check_greedy_decode(greedy_decode: Callable) -> str:
     return f"{len(prompts)} prompts decoded like the reference"
 
 
-@exercise_check
+@exercise_check(forbidden=("transformers",))
 def check_min_p_filter(min_p_filter: Callable) -> str:
     """``min_p_filter(logits, min_p)`` -> logits of the same shape, ``-inf`` where a token's
     probability is below ``min_p`` times the row's largest probability."""
@@ -202,7 +240,8 @@ def check_min_p_filter(min_p_filter: Callable) -> str:
         keep = ratio >= min_p
         clear = (ratio - min_p).abs() > 1e-6
         _ch10_compare_kept(got[clear], keep[clear], f"{what}, min_p={min_p}")
-    return f"{len(cases)} cases: kept exactly the tokens with p >= min_p * p_max"
+    _ch10_no_row_loop(min_p_filter, 0.1, "min_p=0.1")
+    return f"{len(cases)} cases: kept exactly the tokens with p >= min_p * p_max; a (4096, 50) batch in one pass"
 
 
 @exercise_check
@@ -391,7 +430,7 @@ class _Bigram(torch.nn.Module):
         return self.table[ids]
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.beam", "fundamentallm.generation", "transformers"))
 def check_greedy_trap(make_trap: Callable) -> str:
     """``make_trap()`` -> ``(table, start)``: a ``(V, V)`` bigram table of next-token logits
     (2 <= V <= 12) and a start token on which, for 3 new tokens, the most likely continuation
@@ -436,6 +475,14 @@ def check_greedy_trap(make_trap: Callable) -> str:
         raise CheckFailed(f"greedy misses the most likely continuation by {gap:.2f} nats, but beam search with "
                           f"2 beams misses it too (it finds {found}): it keeps only the two best partial "
                           f"sequences at each step, and your most likely path is not among them at some step")
+    # where greedy leaves the best path, its token must be strictly more likely than the best path's
+    k = next(i for i in range(n) if seq[i + 1] != best[i])
+    prev = seq[k]
+    if not float(logp[prev, seq[k + 1]] - logp[prev, best[k]]) >= 1e-3:
+        raise CheckFailed(f"at step {k + 1} (after token {prev}) greedy leaves the most likely continuation "
+                          f"only because two tokens tie and argmax's tie-break picks one, not because of "
+                          f"the probabilities; design a trap in which greedy's choice there is strictly more "
+                          f"likely (by at least 0.001 nats) than the token the better path takes")
     return (f"greedy finds {seq[1:]} (total log-prob {greedy_total:.2f}); the most likely continuation "
             f"{list(best)} ({best_total:.2f}, {gap:.2f} nats more) is found by 2 beams")
 
@@ -466,3 +513,89 @@ def make_trap():
     t[3, 3] = 0.0
     return t, 0
 """, call="make_trap", message=r"NaN or inf")
+
+
+# --- Rows added after the cold read of chapters 10 and 11 -----------------------------------------
+
+wrong_answer("check_repetition_penalty", "method", "Hugging Face's RepetitionPenaltyLogitsProcessor", """
+def repetition_penalty(logits, ids, penalty):
+    from transformers import RepetitionPenaltyLogitsProcessor
+    return RepetitionPenaltyLogitsProcessor(penalty)(ids, logits.clone())
+""", call="repetition_penalty", message=r"not to use transformers")
+wrong_answer("check_repetition_penalty", "edge", "a different rule at a logit of exactly 0 (pushes it to "
+             "-log(penalty))", """
+def repetition_penalty(logits, ids, penalty):
+    out = logits.clone()
+    for b in range(out.shape[0]):
+        for t in set(ids[b].tolist()):
+            z = float(out[b, t])
+            out[b, t] = z * penalty if z < 0 else (z / penalty if z > 0 else -math.log(penalty))
+    return out
+""", call="repetition_penalty", message=r"exactly 0")
+wrong_answer("check_top_p_filter", "method", "the chapter's one-row top_p_filter (cell 15) in a loop over the "
+             "rows: no debugging, and not one batched pass", """
+def _row(logits, p):
+    if p >= 1.0:
+        return logits
+    probs = torch.softmax(logits.float(), dim=-1)
+    keep = torch.zeros_like(logits, dtype=torch.bool)
+    mass = 0.0
+    for i in torch.argsort(logits, descending=True).tolist():
+        if mass >= p:
+            break
+        keep[i] = True
+        mass += probs[i].item()
+    return logits.masked_fill(~keep, float("-inf"))
+
+def top_p_filter(logits, p):
+    rows = logits.reshape(-1, logits.shape[-1])
+    return torch.stack([_row(r, p) for r in rows]).reshape(logits.shape)
+""", call="top_p_filter", message=r"Python loop over the rows")
+wrong_answer("check_top_p_filter", "method", "Hugging Face's TopPLogitsWarper", """
+def top_p_filter(logits, p):
+    from transformers import TopPLogitsWarper
+    rows = logits.reshape(-1, logits.shape[-1]).clone()
+    return TopPLogitsWarper(p)(None, rows).reshape(logits.shape)
+""", call="top_p_filter", message=r"not to use transformers")
+wrong_answer("check_min_p_filter", "method", "a Python loop over the rows", """
+def min_p_filter(logits, min_p):
+    rows = logits.reshape(-1, logits.shape[-1])
+    out = []
+    for r in rows:
+        pr = torch.softmax(r, dim=-1)
+        out.append(r.masked_fill(pr < min_p * pr.max(), float("-inf")))
+    return torch.stack(out).reshape(logits.shape)
+""", call="min_p_filter", message=r"Python loop over the rows")
+wrong_answer("check_min_p_filter", "method", "Hugging Face's MinPLogitsWarper", """
+def min_p_filter(logits, min_p):
+    from transformers import MinPLogitsWarper
+    rows = logits.reshape(-1, logits.shape[-1]).clone()
+    return MinPLogitsWarper(min_p)(None, rows).reshape(logits.shape)
+""", call="min_p_filter", message=r"not to use transformers")
+wrong_answer("check_greedy_trap", "method", "a random search over tables with the package's beam_search", """
+def make_trap():
+    from fundamentallm.beam import beam_search
+
+    class Bigram(nn.Module):
+        def __init__(self, t):
+            super().__init__()
+            self.t = t
+
+        def forward(self, ids):
+            return self.t[ids]
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        t = torch.randn(5, 5, generator=g, dtype=torch.float64) * 4
+        beam_search(Bigram(t), torch.tensor([0]), num_beams=2, max_new_tokens=3, length_penalty=0.0)
+    return t.float(), 0
+""", call="make_trap", message=r"not to use fundamentallm\.beam")
+wrong_answer("check_greedy_trap", "edge", "greedy misses the best path only through argmax's tie-break "
+             "(two first tokens with equal logits)", """
+def make_trap():
+    t = torch.full((4, 4), -20.0)
+    t[0] = torch.tensor([-20.0, 0.0, 0.0, -20.0])
+    t[1] = 0.0
+    t[2, 2] = 20.0
+    return t, 0
+""", call="make_trap", message=r"tie")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
 import inspect
 import math
 import os
@@ -199,6 +200,18 @@ _ALIAS_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.spec
                      "torch.fft", "torch._C._nn", "torch._C._special", "torch._C._linalg")
 
 
+def _unimported_package(dotted: str) -> bool:
+    """Whether ``dotted`` names a top-level package that is installed but not imported yet
+    (``"sympy"``, ``"transformers"``): forbidding it needs only its name, and importing a large
+    package just to forbid it would slow every chapter down."""
+    if "." in dotted or dotted in sys.modules:
+        return False
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _resolve(dotted: str) -> Any:
     """The object named by ``dotted`` (``"torch.nn.functional.softmax"``, ``"torch.Tensor.softmax"``,
     ``"fundamentallm.attention.causal_mask"``, an operator such as ``"torch.ops.aten.gelu"``, or a
@@ -232,6 +245,9 @@ class _Forbidden:
         self.modules: dict[str, str] = {}
         self._alive: list[Any] = []
         for dotted in names:
+            if _unimported_package(dotted):
+                self.modules[dotted] = dotted
+                continue
             obj = _resolve(dotted)
             self._add(dotted, obj)
             if dotted.startswith("torch.") and not isinstance(obj, types.ModuleType):
@@ -265,9 +281,12 @@ class _Forbidden:
 
     def match_python(self, frame: types.FrameType) -> Optional[str]:
         label = self.codes.get(frame.f_code)
-        if label is None and self.modules:
+        if label is None and self.modules and frame.f_code.co_name != "<module>":  # importing is not using
             module = frame.f_globals.get("__name__", "")
-            label = next((v for m, v in self.modules.items() if module == m or module.startswith(m + ".")), None)
+            caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back is not None else ""
+            label = next((v for m, v in self.modules.items() if (module == m or module.startswith(m + "."))
+                          # a call inside the package (also from code it generates) is not a new use
+                          and not (caller == m or caller.startswith(m + "."))), None)
         return label
 
     def match_function(self, fn: Any) -> Optional[str]:
@@ -298,6 +317,15 @@ class _Forbidden:
             label = next((v for m, v in self.modules.items()
                           if any(x == m or x.startswith(m + ".") for x in (module, owner_module))), None)
         return label
+
+
+# Why some forbidden names are forbidden, appended to the refusal.
+_WHY_FORBIDDEN = {
+    "fundamentallm.gradcheck": " (a finite difference is a test, not a derivation)",
+    "sympy": " (a computer-algebra derivative is not a derivation by hand)",
+    "mpmath": " (a high-precision numerical derivative is a test, not a derivation)",
+    "transformers": " (Hugging Face's implementation is the one you are rebuilding)",
+}
 
 
 def run_forbidding(names: tuple[str, ...], call: Callable[[], Any]) -> Any:
@@ -334,7 +362,8 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any]) -> Any:
         raise CheckFailed("your code changed the profiler (sys.setprofile) that checks the "
                           "functions this exercise forbids")
     if used:
-        raise CheckFailed(f"this exercise asks you not to use {used[0]}; write it with "
+        why = next((w for m, w in _WHY_FORBIDDEN.items() if used[0] == m or used[0].startswith(m + ".")), "")
+        raise CheckFailed(f"this exercise asks you not to use {used[0]}{why}; write it with "
                           f"basic operations instead")
     if error is not None:
         raise error
@@ -469,7 +498,8 @@ def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidd
                                  may_return_none=may_return_none, self_check=self_check)
     forbidden = tuple(forbidden)
     for name in forbidden:
-        _resolve(name)  # fail at import time on a typo
+        if not _unimported_package(name):
+            _resolve(name)  # fail at import time on a typo
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Optional[bool]:
@@ -526,9 +556,11 @@ def assert_same(actual: Any, expected: Any, what: str = "output", rtol: Optional
             bad = a != e
         idx = tuple(int(i) for i in bad.nonzero()[0]) if bad.any() else ()
         diff = (a.double() - e.double()).abs()
+        ev, av = e[idx].item(), a[idx].item()
+        digits = next((d for d in (6, 9, 12, 17) if f"{ev:.{d}g}" != f"{av:.{d}g}"), 17)
         raise CheckFailed(
             f"{what}: {int(bad.sum())} of {a.numel()} elements differ; first mismatch at index "
-            f"{idx}: expected {e[idx].item():.6g}, got {a[idx].item():.6g} "
+            f"{idx}: expected {ev:.{digits}g}, got {av:.{digits}g} "
             f"(max abs difference {diff.max().item():.3g})"
         ) from None
 
