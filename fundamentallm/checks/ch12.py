@@ -82,8 +82,10 @@ def _ch12_per_op_reference(preds, labels, operations) -> dict[str, float]:
 def check_decoder_framing(frame: Callable) -> str:
     """``frame(op, digits)`` -> a list of at most 16 token strings of ``DIGIT_VOCAB`` (no
     ``<pad>``), the answer excluded. It must be lossless: different examples give different
-    framings, the digit tokens in order are the digits (repeated whole, if at all), and the only
-    operation token is ``op`` itself (so the answer cannot be smuggled in). Then it is measured:
+    framings, the digit tokens in order are the digits (repeated whole, if at all), the only
+    operation token is ``op`` itself, and every token that is not a digit, and where the digits
+    stand, depends only on ``op`` and the number of digits (so no answer can be smuggled in, in a
+    digit or in a bracket or special token). Then it is measured:
     the chapter's decoder, trained with the chapter's recipe on the framing, must reach 97%
     validation accuracy on every operation, which the chapter's ``op ( d1 … dk )`` does not."""
     from ..data import DIGIT_VOCAB, OPERATIONS
@@ -91,10 +93,13 @@ def check_decoder_framing(frame: Callable) -> str:
     g = _ch12_rng(5)
     seen: dict = {}
     allowed = set(DIGIT_VOCAB) - {"<pad>"}
+    skeletons: dict = {}
     n = 300
-    for _ in range(n):
-        op = OPERATIONS[int(torch.randint(0, 5, (1,), generator=g))]
-        k = int(torch.randint(2, 7, (1,), generator=g))
+    # every (operation, length) at least three times, then random examples
+    cases = [(op, k) for op in OPERATIONS for k in range(2, 7) for _ in range(3)]
+    cases += [(OPERATIONS[int(torch.randint(0, 5, (1,), generator=g))],
+               int(torch.randint(2, 7, (1,), generator=g))) for _ in range(n)]
+    for op, k in cases:
         digits = torch.randint(0, 10, (k,), generator=g).tolist()
         what = f"frame({op!r}, {digits})"
         tokens = frame(op, list(digits))
@@ -114,6 +119,12 @@ def check_decoder_framing(frame: Callable) -> str:
         if ops != {op}:
             raise CheckFailed(f"{what}: the framing must name the operation {op!r}, and no other "
                               f"operation (found {sorted(ops) or 'none'})")
+        skeleton = tuple("<digit>" if t.isdigit() else t for t in tokens)
+        first = skeletons.setdefault((op, k), (skeleton, digits))
+        if first[0] != skeleton:
+            raise CheckFailed(f"{what} and frame({op!r}, {first[1]}) differ in a token that is not a digit, or "
+                              f"in where the digits stand: every token that is not a digit must depend only "
+                              f"on the operation and the number of digits, not on the digits' values")
         key = tuple(tokens)
         if key in seen and seen[key] != (op, tuple(digits)):
             raise CheckFailed(f"{what} and frame{seen[key]} give the same tokens {tokens}: the "
@@ -127,7 +138,7 @@ def check_decoder_framing(frame: Callable) -> str:
                           f"validation accuracy ({', '.join(weak)} below {_CH12_FRAMING_TARGET:.0%}). "
                           f"Which position predicts the answer, and what can its query know, in layer 0, "
                           f"about the operation and about where the digits end?")
-    return f"{n} random examples lossless; the decoder trained on it: {table} (validation)"
+    return f"{len(cases)} examples lossless; the decoder trained on it: {table} (validation)"
 
 
 _CH12_FRAMING_TARGET = 0.97
@@ -324,7 +335,9 @@ def check_mlm_shares(mlm_shares: Callable) -> str:
         for key, value in expected.items():
             if not is_close_number(finite_number(got[key], repr(key)), value, atol=1e-12):
                 raise CheckFailed(f"vocab_size={vocab_size}, mask_prob={mask_prob}, random_prob={random_prob}: "
-                                  f"{key!r} expected {value:.6f}, got {float(got[key]):.6f}")
+                                  f"the share {key!r} = {float(got[key]):.6f} is not right. Follow a selected "
+                                  f"token through the rule: the random replacement is drawn from the whole "
+                                  f"vocabulary, so which tokens can it land on, and with what chance each?")
     noise = (0.09 * 0.91 / 6504) ** 0.5
     return (f"{len(cases)} vocabularies and rules, BERT's included; for the chapter's 6,504 selected "
             f"tokens the sampling noise of a share near 0.1 is sqrt(p(1-p)/n) = {noise:.4f}")
@@ -364,6 +377,18 @@ def frame(op, digits):
     answer = {"First": digits[0], "Second": digits[1], "Last": digits[-1], "Max": max(digits), "Min": min(digits)}[op]
     return [op, "(", *[str(d) for d in digits], ")", str(answer)]
 """, call="frame", message=r"digit tokens of your framing")
+wrong_answer("check_decoder_framing", "mistake", "smuggles the answer in, in base 4, in bracket and special tokens", """
+def frame(op, digits):
+    sym = ["(", ")", "<cls>", "<mask>"]
+    answer = {"First": digits[0], "Second": digits[1], "Last": digits[-1], "Max": max(digits), "Min": min(digits)}[op]
+    return [op, "(", *[str(d) for d in digits], ")", sym[answer // 4], sym[answer % 4]]
+""", call="frame", message=r"depend only\s+on the operation and the number of digits")
+wrong_answer("check_decoder_framing", "edge", "places the digits by the answer (the digits move, the other tokens do not)", """
+def frame(op, digits):
+    answer = {"First": digits[0], "Second": digits[1], "Last": digits[-1], "Max": max(digits), "Min": min(digits)}[op]
+    pad = ["<cls>"] * (answer % 3)
+    return [op, *pad, "(", *[str(d) for d in digits], ")", *["<cls>"] * (2 - answer % 3)]
+""", call="frame", message=r"where the digits stand")
 wrong_answer("check_decoder_framing", "mistake", "drops the operation: the model cannot tell Max from Min", """
 def frame(op, digits):
     return ["(", *[str(d) for d in digits], ")"]
@@ -432,12 +457,12 @@ wrong_answer("check_mlm_mask_exact", "value", "a NaN prediction", _EXACT, call="
 wrong_answer("check_mlm_shares", "mistake", "the rule's 80/10/10, ignoring that a random draw can hit <mask> or the original", """
 def shares(vocab_size, mask_prob=0.8, random_prob=0.1):
     return {"mask": mask_prob, "random": random_prob, "unchanged": 1 - mask_prob - random_prob}
-""", call="shares", message=r"expected")
+""", call="shares", message=r"is not right\. Follow a selected")
 wrong_answer("check_mlm_shares", "mistake", "counts the hits on the original but not on <mask>", """
 def shares(vocab_size, mask_prob=0.8, random_prob=0.1):
     hit = random_prob / vocab_size
     return {"mask": mask_prob, "random": random_prob - hit, "unchanged": 1 - mask_prob - random_prob + hit}
-""", call="shares", message=r"expected")
+""", call="shares", message=r"is not right\. Follow a selected")
 wrong_answer("check_mlm_shares", "value", "NaN where the draw is undefined (a 0/0)", """
 def shares(vocab_size, mask_prob=0.8, random_prob=0.1):
     hit = random_prob / vocab_size

@@ -203,14 +203,16 @@ def _ch13_source(h: int, t: int, d: int, T: int, C: int, H: int) -> int:
     return ((h * T + t) * (C // H) + d) // C
 
 
-@exercise_check
+@exercise_check(forbidden=("torch.unravel_index",))
 def check_source_token(source_token: Callable, predicted_row: Any) -> str:
     """``predicted_row``: the tokens whose channels row t = 1 of head 1 holds for T = 4, C = 8,
     H = 2 (a sorted list of distinct ints), predicted on paper. ``source_token(h, t, d, T, C, H)``
     -> the index of the token whose channel lands at head ``h``, row ``t``, channel ``d`` of the
     buggy ``x.reshape(B, H, T, D)`` of a ``(B, T, C)`` tensor, derived from the memory order:
     checked on every element of small shapes and on sampled elements of shapes whose tensor
-    (2^40 elements) no machine holds, so that reshaping an ``arange`` cannot answer it."""
+    (2^40 elements) no machine holds, so that reshaping an ``arange`` cannot answer it. The check
+    refuses ``torch.unravel_index``; NumPy's ``unravel_index``/``ravel_multi_index`` (C functions
+    the check cannot see) would do the derivation as well, so the instructor reads for them."""
     require_prediction(predicted_row, "predicted_row", "a sorted list of token indices")
     truth = sorted({_ch13_source(1, 1, d, 4, 8, 2) for d in range(4)})
     if sorted(set(int_list(predicted_row, "predicted_row"))) != truth:
@@ -519,6 +521,11 @@ wrong_answer("check_source_token", "method", "reshapes an arange instead of deri
 def source(h, t, d, T, C, H):
     return int(torch.arange(T * C).view(T, C).reshape(H, T, C // H)[h, t, d] // C)
 """, call="source, [2]", message=r"fits\s+in no memory")
+wrong_answer("check_source_token", "method", "torch.unravel_index on the flat position", """
+def source(h, t, d, T, C, H):
+    flat = (h * T + t) * (C // H) + d
+    return int(torch.unravel_index(torch.tensor(flat), (T, C))[0])
+""", call="source, [2]", message=r"asks you not to use torch\.unravel_index")
 wrong_answer("check_source_token", "mistake", "the right split's token (t): assumes the reshape keeps tokens together",
              "def source(h, t, d, T, C, H):\n    return t\n", call="source, [2]", message=r"find the flat position")
 wrong_answer("check_source_token", "mistake", "divides the flat position by D (channels per head), not C", """

@@ -15,10 +15,11 @@ def _ch14_rng(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(1400 + seed)
 
 
-@exercise_check(forbidden=("torch.repeat_interleave",))
+@exercise_check(forbidden=("torch.repeat_interleave", "numpy.repeat", "numpy.ndarray.repeat"))
 def check_repeat_kv(repeat_kv: Callable) -> str:
     """``repeat_kv(x, groups)``: ``(B, G, T, D)`` -> ``(B, G·groups, T, D)`` with key/value head g
-    copied to query heads ``g·groups .. g·groups + groups - 1``, without ``repeat_interleave``."""
+    copied to query heads ``g·groups .. g·groups + groups - 1``, without ``repeat_interleave``
+    (nor NumPy's ``repeat``, the same function under another name)."""
     g = _ch14_rng(0)
     cases = [("(2, 2, 5, 4), groups=2", torch.randn(2, 2, 5, 4, generator=g), 2),
              ("(1, 1, 3, 8), groups=4 (multi-query)", torch.randn(1, 1, 3, 8, generator=g), 4),
@@ -88,7 +89,9 @@ def check_rolling_window_step(rolling_window_step: Callable) -> str:
 
 
 _CH14_NO_AUTOGRAD = ("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
-                     "torch.autograd.functional", "torch.func", "fundamentallm.moe.load_balancing_loss",
+                     "torch.autograd.functional", "torch.autograd.forward_ad", "torch.autograd.Function",
+                     "torch.autograd.function", "torch.func", "torch._functorch",
+                     "fundamentallm.moe.load_balancing_loss",
                      "fundamentallm.moe.MoEFeedForward.forward")
 
 
@@ -96,8 +99,9 @@ _CH14_NO_AUTOGRAD = ("torch.autograd.grad", "torch.autograd.backward", "torch.Te
 def check_balancing_grad(balancing_grad: Callable) -> str:
     """``balancing_grad(router_logits (N, E), top_idx (N, k), num_experts)`` -> ``(loss, grad)``:
     the load-balancing loss ``E · Σ_e f_e P_e`` of ``p = softmax(router_logits)`` and its gradient
-    with respect to ``router_logits``, derived by hand (no autograd, no package function),
-    compared with autograd in float64."""
+    with respect to ``router_logits``, derived by hand (no autograd in any form, reverse or forward
+    mode; no package function), compared with autograd in float64 to 1e-13, tighter than float64
+    finite differences reach. A numerical derivative is not a derivation: the instructor reads it."""
     g = _ch14_rng(2)
     cases = []
     for N, E, k in ((16, 4, 2), (10, 8, 1), (9, 5, 3)):
@@ -124,7 +128,7 @@ def check_balancing_grad(balancing_grad: Callable) -> str:
                               f"(each token chooses k experts), P_e averages the probabilities")
         grad = torch.as_tensor(grad).detach()
         check_shape(grad, tuple(logits.shape), what=f"grad for {what}")
-        if not torch.isfinite(grad).all() or not torch.allclose(grad.double(), ref_grad, atol=1e-10, rtol=1e-7):
+        if not torch.isfinite(grad).all() or not torch.allclose(grad.double(), ref_grad, atol=1e-13, rtol=1e-10):
             raise CheckFailed(f"{what}: the gradient with respect to the logits is not right. The "
                               f"loss reaches a logit only through P_e (f_e is a count), and a logit "
                               f"moves every probability of its token: apply the chain rule through "
@@ -154,8 +158,8 @@ def check_influence(influence: Callable, predicted_windowed: Any, predicted_mixe
     """``predicted_windowed`` / ``predicted_mixed``: the input positions (sorted lists) that can
     change output 15 of a stack of three residual window-4 layers reading 16 tokens, and of the
     same stack with a full causal second layer. ``influence(layers, T, t, d_model)`` -> boolean
-    ``(T,)``, measured on residual attention layers the check builds with fresh weights and does
-    not describe (windows unknown to the function; in one stack a layer whose output is zero, so
+    ``(T,)``, measured on residual attention layers the check builds with fresh weights and hands
+    over as bare functions ``x -> layer(x)`` (windows and weights unknown to the function; in one stack a layer whose output is zero, so
     that no formula in the windows gives the answer)."""
     require_prediction(predicted_windowed, "predicted_windowed", "a sorted list of positions")
     require_prediction(predicted_mixed, "predicted_mixed", "a sorted list of positions")
@@ -176,7 +180,8 @@ def check_influence(influence: Callable, predicted_windowed: Any, predicted_mixe
     for n, (what, windows, dead, T, t) in enumerate(cases):
         d_model = 8 * (1 + n % 2)
         layers = _ch14_stack(windows, dead, d_model, seed + n)
-        got = influence(list(layers), T, t, d_model)
+        # functions, not modules: the windows and the weights stay hidden, only a measurement answers
+        got = influence([_ch14_opaque(layer) for layer in layers], T, t, d_model)
         if not isinstance(got, torch.Tensor):
             raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
         if got.dtype != torch.bool:
@@ -195,6 +200,11 @@ def check_influence(influence: Callable, predicted_windowed: Any, predicted_mixe
                               f"output at t respond to each input position?")
     return (f"{len(cases)} stacks measured; e.g. 3 layers of window 4 let position 15 read positions "
             f"{15 - 3 * 3}..15, 3·(4 - 1) = 9 tokens back, and a layer that adds nothing extends nothing")
+
+
+def _ch14_opaque(layer: Callable) -> Callable:
+    """``layer`` as a bare function ``x -> layer(x)``: no attribute (window, weights) to read."""
+    return lambda x: layer(x)
 
 
 def _ch14_kv_reference(num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number, window):
@@ -229,10 +239,16 @@ def check_kv_cache_bytes(kv_cache_bytes: Callable, predicted_gib: Any) -> str:
         got = kv_cache_bytes(*args)
         if isinstance(got, torch.Tensor):
             got = got.item()
-        if isinstance(got, bool) or not isinstance(got, (int, float)) or got != expected:
-            names = "num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number, window"
-            raise CheckFailed(f"kv_cache_bytes({', '.join(map(str, args))}) ({names}): expected "
-                              f"{expected:,} bytes, got {got}")
+        names = "num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number, window"
+        call = f"kv_cache_bytes({', '.join(map(str, args))}) ({names})"
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise CheckFailed(f"{call}: expected a number of bytes, got {type(got).__name__}")
+        if got != expected:
+            why = (" -- as if there were no window: a sliding window keeps only the last W positions"
+                   if args[-1] is not None and got == _ch14_kv_reference(*args[:-1], None) else
+                   ": count keys and values, layers, KV heads, the head width, bytes per number, "
+                   "and how many positions the cache keeps")
+            raise CheckFailed(f"{call}: {got:,} bytes is not right{why}")
     return f"{truth:.2f} GiB with the window (4 GiB without); {len(cases)} shapes match"
 
 
@@ -242,6 +258,17 @@ wrong_answer("check_repeat_kv", "method", "torch's repeat_interleave, which the 
 def repeat_kv(x, groups):
     return x.repeat_interleave(groups, dim=1)
 """, call="repeat_kv", message=r"asks you not to use .*repeat_interleave")
+wrong_answer("check_repeat_kv", "method", "NumPy's repeat: repeat_interleave under another name", """
+import numpy
+
+
+def repeat_kv(x, groups):
+    return torch.from_numpy(numpy.repeat(x.numpy(), groups, axis=1))
+""", call="repeat_kv", message=r"asks you not to use numpy\.repeat")
+wrong_answer("check_repeat_kv", "method", "the ndarray's repeat method", """
+def repeat_kv(x, groups):
+    return torch.from_numpy(x.numpy().repeat(groups, axis=1))
+""", call="repeat_kv", message=r"asks you not to use numpy\.(ndarray\.)?repeat")
 wrong_answer("check_repeat_kv", "mistake", "tiles the heads (0, 1, 0, 1) instead of repeating each (0, 0, 1, 1)", """
 def repeat_kv(x, groups):
     return x.repeat(1, groups, 1, 1)
@@ -312,6 +339,66 @@ def balancing_grad(logits, idx, E):
     loss.backward()
     return loss.detach(), z.grad
 """, call="balancing_grad", message=r"asks you not to use")
+wrong_answer("check_balancing_grad", "method", "forward-mode autograd, one tangent per logit", _BALANCE + """
+import torch.autograd.forward_ad as fwAD
+
+
+def balancing_grad(logits, idx, E):
+    grad = torch.zeros_like(logits)
+    for n in range(logits.shape[0]):
+        for j in range(logits.shape[1]):
+            tangent = torch.zeros_like(logits)
+            tangent[n, j] = 1.0
+            with fwAD.dual_level():
+                dual = fwAD.make_dual(logits, tangent)
+                grad[n, j] = fwAD.unpack_dual(loss_of(dual, idx, E)[0]).tangent
+    return loss_of(logits, idx, E)[0], grad
+""", call="balancing_grad", message=r"asks you not to use torch\.autograd\.forward_ad")
+wrong_answer("check_balancing_grad", "method", "torch.func.grad under another name", _BALANCE + """
+from torch.func import grad as derivative
+
+
+def balancing_grad(logits, idx, E):
+    return loss_of(logits, idx, E)[0], derivative(lambda z: loss_of(z, idx, E)[0])(logits)
+""", call="balancing_grad", message=r"asks you not to use torch\.(func|_functorch)")
+wrong_answer("check_balancing_grad", "method", "torch.autograd.functional.jacobian", _BALANCE + """
+from torch.autograd.functional import jacobian
+
+
+def balancing_grad(logits, idx, E):
+    return loss_of(logits, idx, E)[0], jacobian(lambda z: loss_of(z, idx, E)[0], logits)
+""", call="balancing_grad", message=r"asks you not to use torch\.autograd\.functional")
+wrong_answer("check_balancing_grad", "method", "a custom torch.autograd.Function around the softmax, then backward", _BALANCE + """
+class Softmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z):
+        p = z.softmax(-1)
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, g):
+        (p,) = ctx.saved_tensors
+        return p * (g - (g * p).sum(-1, keepdim=True))
+
+
+def balancing_grad(logits, idx, E):
+    N = logits.shape[0]
+    p = Softmax.apply(logits)
+    f = torch.zeros_like(p).scatter(1, idx, 1.0).mean(0)
+    return E * (f * p.mean(0)).sum(), E / N * p * (f - (p * f).sum(-1, keepdim=True))
+""", call="balancing_grad", message=r"asks you not to use torch\.autograd\.(Function|function)")
+wrong_answer("check_balancing_grad", "method", "central finite differences in float64 (h = 1e-5): a measurement, not a derivation", _BALANCE + """
+def balancing_grad(logits, idx, E):
+    h, grad = 1e-5, torch.zeros_like(logits)
+    for n in range(logits.shape[0]):
+        for j in range(logits.shape[1]):
+            up, down = logits.clone(), logits.clone()
+            up[n, j] += h
+            down[n, j] -= h
+            grad[n, j] = (loss_of(up, idx, E)[0] - loss_of(down, idx, E)[0]) / (2 * h)
+    return loss_of(logits, idx, E)[0], grad
+""", call="balancing_grad", message=r"gradient with respect to the logits is not right")
 wrong_answer("check_balancing_grad", "mistake", "the gradient to the probabilities, E f_e / N, not through the softmax", _BALANCE + """
 def balancing_grad(logits, idx, E):
     loss, f, p = loss_of(logits, idx, E)
@@ -349,12 +436,23 @@ def formula(layers, T, t, d_model):
     j = torch.arange(T)
     first = 0 if None in windows else t - sum(w - 1 for w in windows)
     return (j >= first) & (j <= t)
-""", call="formula, WINDOWED, MIXED", message=r"measure it on the layers")
-wrong_answer("check_influence", "mistake", "only the last layer's window: misses the layers below", _INFLUENCE + """
-def last_only(layers, T, t, d_model):
-    w = layers[-1].sliding_window or T
+""", call="formula, WINDOWED, MIXED", message=r"no attribute 'sliding_window'")
+wrong_answer("check_influence", "method", "a formula in the windows that skips the layers whose output projection is zero", _INFLUENCE + """
+def formula(layers, T, t, d_model):
+    reach = 0
+    for layer in layers:
+        if layer.out_proj.weight.abs().sum() == 0:
+            continue
+        if layer.sliding_window is None:
+            reach = T
+            break
+        reach += layer.sliding_window - 1
     j = torch.arange(T)
-    return (j <= t) & (j > t - w)
+    return (j >= max(0, t - reach)) & (j <= t)
+""", call="formula, WINDOWED, MIXED", message=r"no attribute 'out_proj'")
+wrong_answer("check_influence", "mistake", "measures the last layer alone: misses the layers below", _INFLUENCE + """
+def last_only(layers, T, t, d_model):
+    return measured(layers[-1:], T, t, d_model)
 """, call="last_only, WINDOWED, MIXED", message=r"input position \d+ can change the output")
 wrong_answer("check_influence", "mistake", "predicts the reach of one window for the stack of three", _INFLUENCE,
              call="measured, list(range(12, 16)), MIXED", message=r"predicted_windowed: .* not right")
@@ -377,8 +475,8 @@ wrong_answer("check_kv_cache_bytes", "value", "a NaN prediction", _KV,
 wrong_answer("check_kv_cache_bytes", "edge", "ignores the window in the function", _KV + """
 def no_window(L, G, D, n, b=2, w=None):
     return kv_cache_bytes(L, G, D, n, b, None)
-""", call="no_window, 0.5", message=r"expected [\d,]+ bytes")
+""", call="no_window, 0.5", message=r"as if there were no window")
 wrong_answer("check_kv_cache_bytes", "mistake", "keys only in the function", _KV + """
 def keys_only(L, G, D, n, b=2, w=None):
     return kv_cache_bytes(L, G, D, n, b, w) // 2
-""", call="keys_only, 0.5", message=r"expected [\d,]+ bytes")
+""", call="keys_only, 0.5", message=r"bytes is not right: count keys and values")
