@@ -644,7 +644,12 @@ except OSError:
     # (the working directory's own path may exist, empty, as the parent of a bound .venv inside
     # the repository, as on CI: what must not be seen is what lies in it, such as book/)
     assert values["seen"] == [False, False, False, False] or values["seen"][:3] == [False, False, False]
-    assert values["tmp"] == [] and values["network"] is False and values["writable"] is False
+    # /tmp is empty but for the folders leading to this Python when it lives under /tmp (a clone
+    # or a venv there, as issue 45 asks the grader to support): they are empty mount points
+    prefix_parts = {Path(p).parts[2] for p in (sys.prefix, sys.base_prefix, os.path.realpath(sys.executable))
+                    if Path(p).parts[:2] == ("/", "tmp") and len(Path(p).parts) > 2}
+    assert set(values["tmp"]) <= prefix_parts, values["tmp"]
+    assert values["network"] is False and values["writable"] is False
     assert values["pids"] == [1, 2]
 
 
