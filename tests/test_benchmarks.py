@@ -268,18 +268,22 @@ def test_chapter_times_reports_each_notebook(tmp_path):
     import nbformat
 
     good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
-    for path, code in ((good, "x = 1 + 1"), (bad, "raise RuntimeError('planted')")):
+    for path, code in ((good, "x = sum(i * i for i in range(2_000_000))"), (bad, "raise RuntimeError('planted')")):
         nb = nbformat.v4.new_notebook()
         nb.cells = [nbformat.v4.new_code_cell(code)]
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, path)
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "chapter_times.py"), str(good), str(bad),
-                           "--budget", "1e9"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                           "--budget", "1e9", "--save", str(tmp_path / "saved.json")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]  # a failing chapter is reported, and fails the run
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert list(out["seconds"]) == [str(good)] and out["seconds"][str(good)] > 0
     assert list(out["failed"]) == [str(bad)] and "planted" in out["failed"][str(bad)]
     assert out["over_budget"] == [] and out["budget_s"] == 1e9 and out["omp_num_threads"]
+    # The kernel's CPU time (user + system): the loop above costs some.
+    assert list(out["cpu_seconds"]) == [str(good)] and 0 < out["cpu_seconds"][str(good)]
+    assert json.loads((tmp_path / "saved.json").read_text()) == out  # --save stores what it printed
 
 
 def test_generation_benchmark_runs_at_the_tiny_gqa_size(tmp_path):
