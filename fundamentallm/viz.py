@@ -14,9 +14,24 @@ def _np(x) -> np.ndarray:
     return x.detach().float().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
+def _labels(tokens: Optional[Sequence[str]], n: int, name: str) -> Optional[list[str]]:
+    """``tokens`` as a list of ``n`` labels (None stays None), or a ValueError naming ``name``."""
+    if tokens is None:
+        return None
+    labels = list(tokens)
+    if len(labels) != n:
+        raise ValueError(f"{name} has {len(labels)} labels for {n} rows or columns of weights; "
+                         f"for queries that differ from the keys, pass query_tokens")
+    return labels
+
+
 def plot_attention(weights, tokens: Optional[Sequence[str]] = None, ax=None, title: Optional[str] = None,
-                   annotate: bool = False, cmap: str = "viridis", vmax: Optional[float] = 1.0):
+                   annotate: bool = False, cmap: str = "viridis", vmax: Optional[float] = 1.0,
+                   query_tokens: Optional[Sequence[str]] = None):
     """Heatmap of one ``(T_q, T_k)`` attention matrix: rows are queries, columns keys.
+
+    ``tokens`` label the keys, and the queries too unless ``query_tokens`` is given: pass it when
+    the queries are another sequence (cross-attention, where ``T_q`` may differ from ``T_k``).
 
     The colour scale runs from 0 to ``vmax`` (default 1, the largest possible weight), so that
     several heatmaps are comparable: a diffuse row looks dim and a one-hot row bright. With
@@ -31,9 +46,13 @@ def plot_attention(weights, tokens: Optional[Sequence[str]] = None, ax=None, tit
         fig, ax = plt.subplots(figsize=(0.45 * w.shape[1] + 2, 0.45 * w.shape[0] + 1.5))
     top = max(1e-9, float(w.max())) if vmax is None else float(vmax)
     im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=top)
-    if tokens is not None:
-        ax.set_xticks(range(len(tokens)), labels=list(tokens), rotation=90)
-        ax.set_yticks(range(len(tokens)), labels=list(tokens))
+    rows = _labels(tokens if query_tokens is None else query_tokens, w.shape[0],
+                   "tokens (for the queries too)" if query_tokens is None else "query_tokens")
+    cols = _labels(tokens, w.shape[1], "tokens")
+    if cols is not None:
+        ax.set_xticks(range(len(cols)), labels=cols, rotation=90)
+    if rows is not None:
+        ax.set_yticks(range(len(rows)), labels=rows)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     if annotate:
@@ -50,9 +69,10 @@ def plot_attention(weights, tokens: Optional[Sequence[str]] = None, ax=None, tit
 
 
 def plot_attention_heads(weights, tokens: Optional[Sequence[str]] = None, title: Optional[str] = None,
-                         max_cols: int = 4):
+                         max_cols: int = 4, query_tokens: Optional[Sequence[str]] = None):
     """Grid of heatmaps, one per head (``head 0`` .. ``head H-1``, as indexed in code), for
-    ``(H, T_q, T_k)`` weights, all on one 0-1 colour scale with one shared colour bar."""
+    ``(H, T_q, T_k)`` weights, all on one 0-1 colour scale with one shared colour bar
+    (``tokens`` and ``query_tokens`` as in :func:`plot_attention`)."""
     w = _np(weights)
     if w.ndim != 3:
         raise ValueError(f"weights must be (H, T_q, T_k), got shape {w.shape}")
@@ -63,7 +83,7 @@ def plot_attention_heads(weights, tokens: Optional[Sequence[str]] = None, title:
                              layout="constrained")
     for h, ax in enumerate(axes.flat):
         if h < H:
-            plot_attention(w[h], tokens=tokens, ax=ax, title=f"head {h}")
+            plot_attention(w[h], tokens=tokens, ax=ax, title=f"head {h}", query_tokens=query_tokens)
         else:
             ax.axis("off")
     fig.colorbar(axes.flat[0].images[0], ax=axes, fraction=0.046 / cols, label="attention weight")

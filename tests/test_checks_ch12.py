@@ -59,3 +59,47 @@ def test_mlm_shares_match_a_simulation():
                 "unchanged": (corrupted == original).float().mean().item()}
     for key, value in _mlm_shares(V).items():
         assert abs(measured[key] - value) < 0.003, key
+
+
+sum_examples = book_solution("ch12-ex6", "sum_examples")
+
+
+def test_sum_examples_solution_passes_under_fresh_grading_seeds():
+    """The grader's seeds change the seeds and lengths the check asks for; the solution passes them all."""
+    from fundamentallm.checks.core import grading_seed
+
+    with checks.strict():
+        for seed in range(4):
+            with grading_seed(seed):
+                checks.check_sum_examples(sum_examples)
+
+
+def test_sum_examples_solution_labels_and_format():
+    examples = sum_examples(300, 7, min_len=2, max_len=3)
+    assert len({tuple(e) for e in examples}) == 300
+    for e in examples:
+        assert e[:2] == ["Sum", "("] and e[-2] == ")" and 2 <= len(e) - 4 <= 3
+        assert int(e[-1]) == sum(map(int, e[2:-2])) % 10
+
+
+def _fixed_list(n, seed, min_len=2, max_len=6):
+    return sum_examples(n, 0, min_len, max_len)  # ignores the seed
+
+
+def _global_rng(n, seed, min_len=2, max_len=6):
+    import random
+    return sum_examples(n, random.random(), min_len, max_len)  # a new list every call
+
+
+@pytest.mark.parametrize("answer,message", [
+    (_fixed_list, "different seeds gave the same examples"),
+    (_global_rng, "same seed gave two different lists"),
+    (lambda n, seed, min_len=2, max_len=6: [" ".join(e) for e in sum_examples(n, seed, min_len, max_len)],
+     "list of token strings"),
+    (lambda n, seed, min_len=2, max_len=6: sum_examples(n, seed, min_len, max_len)[:-1], "a list of"),
+    (lambda n, seed, min_len=2, max_len=6: [["Max", *e[1:]] for e in sum_examples(n, seed, min_len, max_len)],
+     "the format is the chapter's decoder framing"),
+])
+def test_sum_examples_names_what_is_wrong(answer, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_sum_examples(answer)

@@ -37,3 +37,18 @@ def test_plot_attention_heads_shares_one_scale_and_one_colour_bar():
     assert len(fig.axes) == 3  # two heads and one shared colour bar
     assert [ax.get_title() for ax in fig.axes[:2]] == ["head 0", "head 1"]
     plt.close(fig)
+
+
+def test_cross_attention_heatmaps_label_queries_and_keys_apart():
+    """Cross-attention weights are (T_q, T_k) with T_q != T_k: query_tokens label the rows."""
+    w = torch.full((2, 2, 3), 1 / 3)  # 2 heads, 2 queries, 3 keys
+    fig = plot_attention_heads(w, tokens=["(", "5", ")"], query_tokens=[")", "5"])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["(", "5", ")"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [")", "5"]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="query_tokens"):
+        plot_attention(w[0], tokens=["(", "5", ")"])  # the keys' labels cannot label 2 queries
+    with pytest.raises(ValueError, match="query_tokens has 3 labels for 2"):
+        plot_attention(w[0], tokens=["(", "5", ")"], query_tokens=["a", "b", "c"])
+    plt.close("all")

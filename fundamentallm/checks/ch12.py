@@ -13,6 +13,7 @@ from .core import (
     exercise_check,
     finite_number,
     is_close_number,
+    rng,
 )
 from .predict import number, require_prediction
 from .wrong import wrong_answer
@@ -345,6 +346,84 @@ def check_mlm_shares(mlm_shares: Callable) -> str:
 
 # --- What each check catches (python -m fundamentallm.course catches --chapter 12) -------------
 
+def _ch12_sum_call(sum_examples: Callable, n: int, seed: int, min_len: int, max_len: int) -> list:
+    got = sum_examples(n, seed, min_len=min_len, max_len=max_len)
+    what = f"sum_examples({n}, {seed}, min_len={min_len}, max_len={max_len})"
+    if not isinstance(got, (list, tuple)) or len(got) != n:
+        raise CheckFailed(f"{what}: expected a list of {n} examples, got "
+                          f"{type(got).__name__} of length {len(got) if hasattr(got, '__len__') else '?'}")
+    examples = []
+    for i, ex in enumerate(got):
+        if not isinstance(ex, (list, tuple)) or not all(isinstance(t, str) for t in ex):
+            raise CheckFailed(f"{what}, example {i}: expected a list of token strings such as "
+                              f"['Sum', '(', '3', '5', ')', ...], got {str(ex)[:60]}")
+        ex = list(ex)
+        if len(ex) < 5 or ex[:2] != ["Sum", "("] or ex[-2] != ")":
+            raise CheckFailed(f"{what}, example {i} = {ex}: the format is the chapter's decoder framing, "
+                              f"'Sum', '(', the digits, ')', then the answer")
+        digits = ex[2:-2]
+        if not all(len(t) == 1 and t.isdigit() for t in digits):
+            raise CheckFailed(f"{what}, example {i} = {ex}: between the brackets every token is one digit, "
+                              f"'0' to '9'")
+        if not min_len <= len(digits) <= max_len:
+            raise CheckFailed(f"{what}, example {i} = {ex}: {len(digits)} digits, outside "
+                              f"min_len..max_len (are both ends included?)")
+        answer = ex[-1]
+        values = [int(t) for t in digits]
+        if not (len(answer) == 1 and answer.isdigit() and int(answer) == sum(values) % 10):
+            raise CheckFailed(f"{what}, example {i} = {ex}: the answer token is wrong for these digits. "
+                              f"What does Sum ask for, and is the answer a single digit token?")
+        examples.append(tuple(values))
+    return examples
+
+
+@exercise_check(forbidden=("fundamentallm.data.digit_operations",))
+def check_sum_examples(sum_examples: Callable) -> str:
+    """``sum_examples(n, seed, min_len=2, max_len=6)`` -> ``n`` distinct examples ``Sum ( d1 .. dk ) s``
+    as token strings, ``s`` the last digit of the digits' sum. Called with fresh seeds and lengths:
+    the format and every label are checked; the lengths must cover ``min_len..max_len`` (both
+    included) about uniformly, the digits be uniform (a first digit 0 included), no example repeat,
+    and the same seed give the same list while another seed gives another."""
+    g = rng(1206)
+    seed_a, seed_b = (int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g)) for _ in range(2))
+    lo = int(torch.randint(4, 6, (1,), generator=g))  # 4 or 5: not the default, and few repeats
+    hi = lo + 3
+    n = 2000
+    examples = _ch12_sum_call(sum_examples, n, seed_a, lo, hi)
+    if len(set(examples)) != n:
+        raise CheckFailed(f"sum_examples({n}, {seed_a}, min_len={lo}, max_len={hi}): "
+                          f"{n - len(set(examples))} examples repeat one before them; every example "
+                          f"must be new, as in the package's splits")
+    lengths = [len(d) for d in examples]
+    for k in range(lo, hi + 1):
+        share = lengths.count(k) / n
+        if not abs(share - 1 / 4) <= 0.06:  # standard deviation about 0.01
+            raise CheckFailed(f"min_len={lo}, max_len={hi}: {share:.1%} of the examples have {k} digits; "
+                              f"the length should be uniform over min_len..max_len, both ends included")
+    digits = [d for ex in examples for d in ex]
+    for value in range(10):
+        share = digits.count(value) / len(digits)
+        if not abs(share - 0.1) <= 0.02:  # standard deviation about 0.003
+            raise CheckFailed(f"the digit {value} makes up {share:.1%} of all digits; each digit should be "
+                              f"uniform over 0..9, wherever it stands")
+    first_zero = sum(ex[0] == 0 for ex in examples) / n
+    if not first_zero >= 0.05:  # 0.1 expected, standard deviation about 0.007
+        raise CheckFailed(f"only {first_zero:.1%} of the examples start with the digit 0: the digits are a "
+                          f"list, not a number, so a 0 may come first as often as any digit")
+    if _ch12_sum_call(sum_examples, n, seed_a, lo, hi) != examples:
+        raise CheckFailed("the same seed gave two different lists: draw every random number from a "
+                          "generator made from the seed, not from a global one")
+    if _ch12_sum_call(sum_examples, 200, seed_b, lo, hi) == examples[:200]:
+        raise CheckFailed("two different seeds gave the same examples: is the seed used?")
+    small = _ch12_sum_call(sum_examples, 50, seed_b, 2, 2)
+    if len(set(small)) != 50:
+        raise CheckFailed(f"sum_examples(50, {seed_b}, min_len=2, max_len=2): {50 - len(set(small))} "
+                          f"examples repeat; with only 100 two-digit lists, repeats come fast unless "
+                          f"each new example is compared with those already drawn")
+    return (f"{n} examples of {lo} to {hi} digits, 50 of 2: the labels, the lengths, the digits, "
+            f"no repeats, and the seed")
+
+
 wrong_answer("check_apply_operation", "mistake", "Last as the second-to-last digit (an off-by-one)", """
 def apply_operation(op, digits):
     rules = {"First": 0, "Second": 1, "Last": -2}
@@ -468,3 +547,41 @@ def shares(vocab_size, mask_prob=0.8, random_prob=0.1):
     hit = random_prob / vocab_size
     return {"mask": float("nan"), "random": random_prob - 2 * hit, "unchanged": 1 - mask_prob - random_prob + hit}
 """, call="shares", message=r"is nan: the answer is a finite number")
+
+_SUM = """
+import random
+def sum_examples(n, seed, min_len=2, max_len=6, *, label=lambda d: sum(d) % 10, dedupe=True,
+                 length=lambda r, lo, hi: r.randint(lo, hi), draw=lambda r, k: [r.randrange(10) for _ in range(k)]):
+    r, seen, out = random.Random(seed), set(), []
+    while len(out) < n:
+        d = tuple(draw(r, length(r, min_len, max_len)))
+        if dedupe and d in seen:
+            continue
+        seen.add(d)
+        out.append(["Sum", "(", *map(str, d), ")", str(label(d))])
+    return out
+"""
+wrong_answer("check_sum_examples", "mistake", "the sum itself as the answer, not its last digit", _SUM + """
+def whole_sum(n, seed, min_len=2, max_len=6):
+    return sum_examples(n, seed, min_len, max_len, label=sum)
+""", call="whole_sum", message=r"the answer token is wrong")
+wrong_answer("check_sum_examples", "mistake", "draws without checking for repeats", _SUM + """
+def repeats(n, seed, min_len=2, max_len=6):
+    return sum_examples(n, seed, min_len, max_len, dedupe=False)
+""", call="repeats", message=r"repeat")
+wrong_answer("check_sum_examples", "edge", "draws a k-digit number: never a leading 0", _SUM + """
+def as_number(n, seed, min_len=2, max_len=6):
+    return sum_examples(n, seed, min_len, max_len,
+                        draw=lambda r, k: map(int, str(r.randint(10 ** (k - 1), 10 ** k - 1))))
+""", call="as_number", message=r"start with the digit 0")
+wrong_answer("check_sum_examples", "edge", "randrange(min_len, max_len): max_len never drawn", _SUM + """
+def short(n, seed, min_len=2, max_len=6):
+    return sum_examples(n, seed, min_len, max_len, length=lambda r, lo, hi: r.randrange(lo, hi))
+""", call="short", message=r"both ends included")
+wrong_answer("check_sum_examples", "method", "reuses the package's generator for Max and renames the operation", """
+from fundamentallm.data import digit_operations
+def sum_examples(n, seed, min_len=2, max_len=6):
+    split = digit_operations(n_train=n, n_val=0, n_test=0, min_len=min_len, max_len=max_len,
+                             operations=("Max",), seed=seed).train
+    return [["Sum", "(", *map(str, d), ")", str(int(y))] for d, y in zip(split.digits, split.labels)]
+""", call="sum_examples", message=r"asks you not to use|answer token is wrong")
