@@ -19,7 +19,14 @@ What this module needs from a model (it does not import ``model.py``): ``model(i
 logits ``(B, T, V)`` (or a tuple starting with them) -- that is enough -- and, when present,
 ``model.next_token_logits(ids, kv_cache=None)`` -> ``(B, V)``, ``model.make_kv_cache(B)`` (a
 cache that the model advances itself), ``model.config.max_seq_len`` / ``vocab_size``, and
-``model.check_values(ids)`` (the model's own input check, run once on the prompt).
+``model.check_values(ids)`` (the model's own input check, run once on the prompt). Padded
+prompts (``attention_mask``) also need the model to take ``attention_mask`` and
+``token_positions`` (Hugging Face's ``position_ids``) in those calls.
+
+Prompts of different lengths decode in one batch when left-padded, with an ``attention_mask``
+(1 = token, 0 = padding): the padding is masked and each row's positions count from its first
+real token (torchtune's ``get_position_ids_from_padding_mask``), so a row decodes as it would
+alone -- the tests check tokens and logits against each prompt decoded by itself.
 
 Checks run once per call, before the first token; a decoding step reads nothing back on the
 host except, with ``stop``, whether every row has finished (``benchmarks/host_syncs.py``
@@ -240,18 +247,23 @@ def _max_seq_len(model: nn.Module) -> int | None:
     return getattr(config, "max_seq_len", None)
 
 
-def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None) -> torch.Tensor:
-    """Next-token logits ``(B, V)`` for the last position of ``ids (B, T)``."""
+def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None, attention_mask=None,
+                 token_positions=None) -> torch.Tensor:
+    """Next-token logits ``(B, V)`` for the last position of ``ids (B, T)`` (with a padding
+    ``attention_mask`` covering the cached positions and ``ids``, and ``token_positions (B, T)``)."""
+    padded = {} if attention_mask is None else {"attention_mask": attention_mask, "token_positions": token_positions}
     if hasattr(model, "next_token_logits"):
-        return model.next_token_logits(ids, kv_cache=kv_cache)  # (B, V)
-    out = model(ids, kv_cache=kv_cache) if kv_cache is not None else model(ids)
+        return model.next_token_logits(ids, kv_cache=kv_cache, **padded)  # (B, V)
+    if kv_cache is not None:
+        padded["kv_cache"] = kv_cache
+    out = model(ids, **padded)
     logits = out[0] if isinstance(out, (tuple, list)) else out
     return logits[:, -1]
 
 
 def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float,
              top_k: int | None, top_p: float | None, greedy: bool, use_cache: bool,
-             truncate: bool, generator) -> tuple[torch.Tensor, bool]:
+             truncate: bool, generator, attention_mask=None) -> tuple[torch.Tensor, bool]:
     """Validate everything up front (before any token is produced); return the ids as (B, T)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -277,14 +289,42 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
         raise ValueError(f"the prompt has {ids.shape[1]} tokens but the model's context is "
                          f"max_seq_len={max_len}; shorten it, or pass truncate=True to condition on "
                          f"its last {max_len} tokens")
+    if attention_mask is not None:
+        _check_attention_mask(model, attention_mask, ids, truncate)
     if hasattr(model, "check_values"):
         model.check_values(ids)  # the prompt's ids, once; later steps feed sampled ids only
     return ids, squeeze
 
 
+def _check_attention_mask(model: nn.Module, attention_mask, ids: torch.Tensor, truncate: bool) -> None:
+    """A left-padding mask of ``ids``' shape: 0/1 (or bool), every row ending in real tokens
+    (a 1 is never followed by a 0) and holding at least one. One host read."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.is_floating_point() \
+            or attention_mask.is_complex():
+        raise TypeError(f"attention_mask must be an integer or bool torch.Tensor (1 = token, 0 = padding), got "
+                        f"{attention_mask.dtype if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__}")
+    if tuple(attention_mask.shape) != tuple(ids.shape):
+        raise ValueError(f"attention_mask must have the prompts' shape (B, T) = {tuple(ids.shape)}, got "
+                         f"{tuple(attention_mask.shape)}")
+    if truncate:
+        raise ValueError("truncate=True cannot be combined with attention_mask: a padded row's window "
+                         "would cut its tokens and its padding differently; pass prompts that fit max_seq_len")
+    m = attention_mask.long()
+    binary = ((m == 0) | (m == 1)).all()
+    left = (m[:, 1:] >= m[:, :-1]).all() if m.shape[1] > 1 else binary  # 0...0 1...1 in every row
+    if not bool(binary & left & (m[:, -1] == 1).all()):
+        raise ValueError("attention_mask must hold 0 (padding) then 1 (tokens) in every row, with at least "
+                         "one token: generation pads on the left, so that every row's newest token is last")
+    canon = getattr(getattr(model, "config", None), "canon", None)
+    if canon and not bool(m.all()):
+        raise ValueError(f"the model has canon layers (canon={canon!r}), whose convolution would mix the "
+                         f"padding into a row's first tokens; decode prompts of different lengths separately")
+
+
 def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperature: float,
             top_k: int | None, top_p: float | None, greedy: bool, use_cache: bool,
-            stop: list[int], generator: torch.Generator | None) -> Iterator[torch.Tensor]:
+            stop: list[int], generator: torch.Generator | None,
+            attention_mask: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
     """The decode loop. Runs in inference mode; yields one ``(B,)`` tensor per step."""
     B, T = ids.shape
     max_len = _max_seq_len(model)
@@ -298,20 +338,34 @@ def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperatur
     stop_ids = torch.tensor(stop, dtype=torch.long, device=ids.device) if stop else None
     finished = torch.zeros(B, dtype=torch.bool, device=ids.device) if stop else None
     pad = torch.zeros(B, dtype=torch.long, device=ids.device) if stop else None
+    mask = None
+    if attention_mask is not None:  # the prompts' padding, then every new token real
+        mask = torch.ones(B, T + max_new_tokens, dtype=torch.long, device=ids.device)
+        mask[:, :T] = attention_mask
+
+    def window(start: int, end: int) -> dict:
+        """The padding mask of positions start..end-1 (a cache's positions 0..start-1 included) and
+        the window's positions, counted from each row's first real token."""
+        if mask is None:
+            return {}
+        return {"attention_mask": mask[:, :end] if cache is not None else mask[:, start:end],
+                "token_positions": (mask[:, :end].cumsum(-1)[:, start:] - 1).clamp(min=0) if cache is not None
+                else (mask[:, start:end].cumsum(-1) - 1).clamp(min=0)}  # (B, end - start)
+
     for step in range(max_new_tokens):
         if cache is not None and cache.length == 0:
             # Prefill: the whole prompt (its last max_seq_len tokens) in one forward.
             start = length - min(length, max_len) if max_len is not None else 0
-            logits = _last_logits(model, seq[:, start:length], kv_cache=cache)
+            logits = _last_logits(model, seq[:, start:length], kv_cache=cache, **window(start, length))
         elif cache is not None and (max_len is None or cache.length < max_len):
             # Decode: only the newest token; its keys/values join the cache.
-            logits = _last_logits(model, seq[:, length - 1:length], kv_cache=cache)
+            logits = _last_logits(model, seq[:, length - 1:length], kv_cache=cache, **window(length - 1, length))
         else:
             # No cache, or the window is full: recompute over the last max_seq_len tokens
             # (nanoGPT's sliding window). The cache is dropped for good once it is full.
             cache = None
             start = length - min(length, max_len) if max_len is not None else 0
-            logits = _last_logits(model, seq[:, start:length])
+            logits = _last_logits(model, seq[:, start:length], **window(start, length))
         if step == 0:  # diverged weights show in the first logits already: checked once
             _check_logits(logits)
             _check_finite_logits(logits)
@@ -333,7 +387,7 @@ def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperatur
 def stream(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
            top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
            use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
-           truncate: bool = False) -> Iterator[torch.Tensor]:
+           truncate: bool = False, attention_mask: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
     """Like :func:`generate`, but a generator yielding each new token as soon as it exists:
     a ``(B,)`` int64 tensor per step (``()`` for a 1-D prompt). Every argument is validated
     when ``stream`` is called, before the first token. The model is in eval mode while tokens
@@ -342,20 +396,21 @@ def stream(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tempe
     max_new_tokens, temperature, top_k, top_p = _validate_inputs(
         model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
     ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                            use_cache, truncate, generator)
+                            use_cache, truncate, generator, attention_mask)
     stop_ids = _stop_set(stop)
     device = next(iter(model.parameters()), ids).device
+    mask = None if attention_mask is None else attention_mask.reshape(ids.shape).to(device).long()
     return _stream(model, ids.to(device).long(), squeeze, max_new_tokens, temperature, top_k, top_p,
-                   greedy, use_cache, stop_ids, generator)
+                   greedy, use_cache, stop_ids, generator, mask)
 
 
 def _stream(model, ids, squeeze, max_new_tokens, temperature, top_k, top_p, greedy, use_cache,
-            stop_ids, generator) -> Iterator[torch.Tensor]:
+            stop_ids, generator, attention_mask) -> Iterator[torch.Tensor]:
     was_training = model.training
     model.eval()
     try:
         steps = _decode(model, ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache,
-                        stop_ids, generator)
+                        stop_ids, generator, attention_mask)
         while True:
             # subtle: inference mode is entered around each step only; holding it across `yield`
             # would leak it into the caller's code while the generator is suspended.
@@ -400,12 +455,18 @@ def optimize_for_decoding(model: nn.Module) -> nn.Module:
 def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
              use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
-             truncate: bool = False) -> torch.Tensor:
+             truncate: bool = False, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Extend each prompt by up to ``max_new_tokens`` tokens.
 
-    ``input_ids`` is ``(B, T)`` (a batch of prompts of equal length) or ``(T,)``; the result is
-    ``(B, T + n)`` (or ``(T + n,)``), the prompt followed by the new tokens, with
-    ``n = max_new_tokens`` unless ``stop`` ends generation earlier.
+    ``input_ids`` is ``(B, T)`` (a batch of prompts) or ``(T,)``; the result is ``(B, T + n)``
+    (or ``(T + n,)``), the prompt followed by the new tokens, with ``n = max_new_tokens`` unless
+    ``stop`` ends generation earlier.
+
+    - Prompts of different lengths: left-pad them to ``T`` and pass ``attention_mask`` ``(B, T)``
+      (1 = token, 0 = padding; every row ends with its tokens). The padding is masked, each row's
+      positions count from its first token, and each row decodes as it would alone (the result
+      keeps the padding on the left). Not with ``truncate=True``, nor for models with canon
+      layers (their convolution would see the padding).
 
     - Sampling: ``greedy=True`` takes the argmax; otherwise ``temperature`` (> 0), ``top_k``
       and ``top_p`` shape the distribution (see :func:`sample_next`). ``generator`` (a
@@ -430,16 +491,17 @@ def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
     max_new_tokens, temperature, top_k, top_p = _validate_inputs(
         model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
     ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                            use_cache, truncate, generator)
+                            use_cache, truncate, generator, attention_mask)
     stop_ids = _stop_set(stop)
     device = next(iter(model.parameters()), ids).device
+    mask = None if attention_mask is None else attention_mask.reshape(ids.shape).to(device).long()
     ids = ids.to(device).long()
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode(), inputs_checked(model):
             tokens = list(_decode(model, ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                                  use_cache, stop_ids, generator))
+                                  use_cache, stop_ids, generator, mask))
             out = torch.cat([ids] + [t.unsqueeze(1) for t in tokens], dim=1)  # (B, T + n)
     finally:
         model.train(was_training)
