@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Optional, Union
 
 import numpy as np
@@ -130,6 +131,40 @@ def _validate_inputs(model: nn.Module, input_ids, max_new_tokens, temperature, t
     return max_new_tokens, temperature, top_k, top_p
 
 
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How each next token is chosen, validated once when it is made (Hugging Face's
+    ``GenerationConfig``, nanochat's one sampler's arguments): the decoding loop passes it on
+    unchecked. ``greedy=True`` takes the argmax; otherwise temperature, then top-k, then top-p
+    (see :func:`sample_next`). ``generate(model, ids, n, sampling=SamplingConfig(top_k=5))``
+    equals ``generate(model, ids, n, top_k=5)``."""
+
+    temperature: float = 1.0
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        _check_temperature(self.temperature)
+        _check_top_k(self.top_k)
+        _check_top_p(self.top_p)
+        if not isinstance(self.greedy, bool):
+            raise ValueError(f"greedy={self.greedy!r} must be True or False")
+
+
+def _sampling(sampling: Optional[SamplingConfig], temperature, top_k, top_p, greedy) -> tuple:
+    """The knobs of ``generate``/``stream``: from ``sampling`` when given (then the separate
+    arguments must keep their defaults), else as passed."""
+    if sampling is None:
+        return temperature, top_k, top_p, greedy
+    if not isinstance(sampling, SamplingConfig):
+        raise TypeError(f"sampling={sampling!r} must be None or a SamplingConfig")
+    if (temperature, top_k, top_p, greedy) != (1.0, None, None, False):
+        raise ValueError("pass the sampling options either as sampling=SamplingConfig(...) or as "
+                         "temperature/top_k/top_p/greedy, not both")
+    return sampling.temperature, sampling.top_k, sampling.top_p, sampling.greedy
+
+
 # ----------------------------------------------------------------------------- the filters
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -187,20 +222,18 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     gives the same tokens.
     """
     _check_logits(logits)
-    _check_temperature(temperature)
-    _check_top_k(top_k)
-    _check_top_p(top_p)
+    sampling = SamplingConfig(temperature, top_k, top_p, greedy)
     _check_generator(generator)
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape (B, vocab_size), got {tuple(logits.shape)}")
     _check_finite_logits(logits)
-    return _sample(logits, temperature, top_k, top_p, greedy, generator)
+    return _sample(logits, sampling, generator)
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-            greedy: bool, generator: torch.Generator | None) -> torch.Tensor:
+def _sample(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
     """:func:`sample_next` on arguments checked already: a decoding step's sampler."""
-    if greedy:
+    temperature, top_k, top_p = sampling.temperature, sampling.top_k, sampling.top_p
+    if sampling.greedy:
         return logits.argmax(dim=-1)
     scaled = logits if temperature == 1.0 else logits / temperature
     if temperature < 1.0:
@@ -263,8 +296,9 @@ def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None, attention_m
 
 def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float,
              top_k: int | None, top_p: float | None, greedy: bool, use_cache: bool,
-             truncate: bool, generator, attention_mask=None) -> tuple[torch.Tensor, bool]:
-    """Validate everything up front (before any token is produced); return the ids as (B, T)."""
+             truncate: bool, generator, attention_mask=None) -> tuple[torch.Tensor, bool, SamplingConfig]:
+    """Validate everything up front (before any token is produced); return the ids as (B, T),
+    whether the prompt was 1-D, and the sampling configuration."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(input_ids, torch.Tensor):
@@ -277,10 +311,8 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
         raise ValueError(f"input_ids must have shape (B, T) or (T,) with T >= 1, got {tuple(input_ids.shape)}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 0")
-    _check_temperature(temperature)
-    _check_top_k(top_k)
-    _check_top_p(top_p)
-    for name, value in (("greedy", greedy), ("use_cache", use_cache), ("truncate", truncate)):
+    sampling = SamplingConfig(temperature, top_k, top_p, greedy)
+    for name, value in (("use_cache", use_cache), ("truncate", truncate)):
         if not isinstance(value, bool):
             raise ValueError(f"{name}={value!r} must be True or False")
     _check_generator(generator)
@@ -293,7 +325,22 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
         _check_attention_mask(model, attention_mask, ids, truncate)
     if hasattr(model, "check_values"):
         model.check_values(ids)  # the prompt's ids, once; later steps feed sampled ids only
-    return ids, squeeze
+    return ids, squeeze, sampling
+
+
+def _begin(model: nn.Module, input_ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache, stop,
+           generator, truncate, attention_mask, sampling) -> tuple:
+    """The prologue of :func:`generate` and :func:`stream`: every check, once. Returns the prompt
+    ``(B, T)`` on the model's device, whether it was 1-D, the :class:`SamplingConfig`, the stop
+    ids, the padding mask (or None) and ``max_new_tokens``."""
+    temperature, top_k, top_p, greedy = _sampling(sampling, temperature, top_k, top_p, greedy)
+    max_new_tokens, temperature, top_k, top_p = _validate_inputs(
+        model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
+    ids, squeeze, config = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
+                                    use_cache, truncate, generator, attention_mask)
+    device = next(iter(model.parameters()), ids).device
+    mask = None if attention_mask is None else attention_mask.reshape(ids.shape).to(device).long()
+    return ids.to(device).long(), squeeze, config, _stop_set(stop), mask, max_new_tokens
 
 
 def _check_attention_mask(model: nn.Module, attention_mask, ids: torch.Tensor, truncate: bool) -> None:
@@ -321,9 +368,8 @@ def _check_attention_mask(model: nn.Module, attention_mask, ids: torch.Tensor, t
                          f"padding into a row's first tokens; decode prompts of different lengths separately")
 
 
-def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperature: float,
-            top_k: int | None, top_p: float | None, greedy: bool, use_cache: bool,
-            stop: list[int], generator: torch.Generator | None,
+def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, sampling: SamplingConfig,
+            use_cache: bool, stop: list[int], generator: torch.Generator | None,
             attention_mask: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
     """The decode loop. Runs in inference mode; yields one ``(B,)`` tensor per step."""
     B, T = ids.shape
@@ -369,7 +415,7 @@ def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperatur
         if step == 0:  # diverged weights show in the first logits already: checked once
             _check_logits(logits)
             _check_finite_logits(logits)
-        token = _sample(logits, temperature, top_k, top_p, greedy, generator)  # (B,)
+        token = _sample(logits, sampling, generator)  # (B,)
         if finished is not None:
             # Rows that already stopped keep repeating their own stop token.
             token = torch.where(finished, pad, token)
@@ -387,30 +433,25 @@ def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperatur
 def stream(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
            top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
            use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
-           truncate: bool = False, attention_mask: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
+           truncate: bool = False, attention_mask: torch.Tensor | None = None,
+           sampling: SamplingConfig | None = None) -> Iterator[torch.Tensor]:
     """Like :func:`generate`, but a generator yielding each new token as soon as it exists:
     a ``(B,)`` int64 tensor per step (``()`` for a 1-D prompt). Every argument is validated
     when ``stream`` is called, before the first token. The model is in eval mode while tokens
     are produced and is put back in its previous mode when the stream ends or is closed.
     """
-    max_new_tokens, temperature, top_k, top_p = _validate_inputs(
-        model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
-    ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                            use_cache, truncate, generator, attention_mask)
-    stop_ids = _stop_set(stop)
-    device = next(iter(model.parameters()), ids).device
-    mask = None if attention_mask is None else attention_mask.reshape(ids.shape).to(device).long()
-    return _stream(model, ids.to(device).long(), squeeze, max_new_tokens, temperature, top_k, top_p,
-                   greedy, use_cache, stop_ids, generator, mask)
+    ids, squeeze, config, stop_ids, mask, max_new_tokens = _begin(
+        model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache, stop, generator,
+        truncate, attention_mask, sampling)
+    return _stream(model, ids, squeeze, max_new_tokens, config, use_cache, stop_ids, generator, mask)
 
 
-def _stream(model, ids, squeeze, max_new_tokens, temperature, top_k, top_p, greedy, use_cache,
-            stop_ids, generator, attention_mask) -> Iterator[torch.Tensor]:
+def _stream(model, ids, squeeze, max_new_tokens, sampling, use_cache, stop_ids, generator,
+            attention_mask) -> Iterator[torch.Tensor]:
     was_training = model.training
     model.eval()
     try:
-        steps = _decode(model, ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache,
-                        stop_ids, generator, attention_mask)
+        steps = _decode(model, ids, max_new_tokens, sampling, use_cache, stop_ids, generator, attention_mask)
         while True:
             # subtle: inference mode is entered around each step only; holding it across `yield`
             # would leak it into the caller's code while the generator is suspended.
@@ -455,7 +496,8 @@ def optimize_for_decoding(model: nn.Module) -> nn.Module:
 def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
              use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
-             truncate: bool = False, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+             truncate: bool = False, attention_mask: torch.Tensor | None = None,
+             sampling: SamplingConfig | None = None) -> torch.Tensor:
     """Extend each prompt by up to ``max_new_tokens`` tokens.
 
     ``input_ids`` is ``(B, T)`` (a batch of prompts) or ``(T,)``; the result is ``(B, T + n)``
@@ -469,7 +511,8 @@ def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
       layers (their convolution would see the padding).
 
     - Sampling: ``greedy=True`` takes the argmax; otherwise ``temperature`` (> 0), ``top_k``
-      and ``top_p`` shape the distribution (see :func:`sample_next`). ``generator`` (a
+      and ``top_p`` shape the distribution (see :func:`sample_next`); or, instead of those four,
+      ``sampling=SamplingConfig(...)``. ``generator`` (a
       ``torch.Generator``) makes the draws reproducible; without it the global RNG is used,
       so ``torch.manual_seed`` gives the same samples.
     - ``stop``: a token id or several. A row that samples one is *finished*: the stop token is
@@ -488,20 +531,14 @@ def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
     The model runs in eval mode (no dropout) and in ``torch.inference_mode``; its previous mode
     is restored afterwards.
     """
-    max_new_tokens, temperature, top_k, top_p = _validate_inputs(
-        model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
-    ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                            use_cache, truncate, generator, attention_mask)
-    stop_ids = _stop_set(stop)
-    device = next(iter(model.parameters()), ids).device
-    mask = None if attention_mask is None else attention_mask.reshape(ids.shape).to(device).long()
-    ids = ids.to(device).long()
+    ids, squeeze, config, stop_ids, mask, max_new_tokens = _begin(
+        model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache, stop, generator,
+        truncate, attention_mask, sampling)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode(), inputs_checked(model):
-            tokens = list(_decode(model, ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                                  use_cache, stop_ids, generator, mask))
+            tokens = list(_decode(model, ids, max_new_tokens, config, use_cache, stop_ids, generator, mask))
             out = torch.cat([ids] + [t.unsqueeze(1) for t in tokens], dim=1)  # (B, T + n)
     finally:
         model.train(was_training)

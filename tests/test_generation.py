@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.generation import (
+    SamplingConfig,
     apply_temperature,
     generate,
     optimize_for_decoding,
@@ -609,3 +610,30 @@ def test_attention_mask_refuses_truncate():
     with pytest.raises(ValueError, match="truncate=True cannot be combined with attention_mask"):
         generate(make_model(), torch.ones(1, 30, dtype=torch.long), 1, truncate=True,
                  attention_mask=torch.ones(1, 30, dtype=torch.long))
+
+
+def test_one_sampling_configuration_equals_the_separate_options():
+    """SamplingConfig carries temperature, top-k, top-p and greedy through the decoder, checked
+    once when made: it samples what the separate arguments sample, and cannot be mixed with them."""
+    model, ids = make_model(), torch.tensor([[1, 2, 3]])
+    config = SamplingConfig(temperature=0.7, top_k=5, top_p=0.9)
+    via_config = generate(model, ids, 8, sampling=config, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(via_config, generate(model, ids, 8, temperature=0.7, top_k=5, top_p=0.9,
+                                            generator=torch.Generator().manual_seed(0)))
+    streamed = list(stream(model, ids, 8, sampling=config, generator=torch.Generator().manual_seed(0)))
+    assert torch.equal(torch.stack(streamed, 1), via_config[:, 3:])
+    with pytest.raises(ValueError, match="either as sampling=SamplingConfig"):
+        generate(model, ids, 2, sampling=SamplingConfig(greedy=True), top_k=3)
+    with pytest.raises(TypeError, match="must be None or a SamplingConfig"):
+        generate(model, ids, 2, sampling={"top_k": 3})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(temperature=0.0), "temperature=0.0 must be > 0"),
+    (dict(top_k=0), "top_k=0 must be None or an integer >= 1"),
+    (dict(top_p=1.5), r"top_p=1.5 must be None or a number in \(0, 1\]"),
+    (dict(greedy="yes"), "greedy='yes' must be True or False"),
+])
+def test_a_bad_sampling_configuration_is_refused_when_made(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingConfig(**kwargs)

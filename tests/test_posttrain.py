@@ -155,8 +155,8 @@ def test_rollouts_draw_through_the_one_decoder(setup, monkeypatch):
 
     _, _, template, model = setup
     seen, sample = [], generation._sample
-    monkeypatch.setattr(generation, "_sample", lambda logits, t, k, p, g, gen: seen.append(gen) or
-                        sample(logits, t, k, p, g, gen))
+    monkeypatch.setattr(generation, "_sample", lambda logits, sampling, gen: seen.append(gen) or
+                        sample(logits, sampling, gen))
     gen = torch.Generator().manual_seed(0)
     pt.sample_completions(model, [template.prompt("3+4"), template.prompt("12+3")], 4, 6, template.end_id,
                           generator=gen)
