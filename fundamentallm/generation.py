@@ -16,11 +16,11 @@ O(T) attention instead of a full O(T²) forward over the whole sequence, and giv
 logits (up to float rounding) and the same greedy tokens -- the tests check both.
 
 What this module needs from a model (it does not import ``model.py``): ``model(ids)`` returning
-logits ``(B, T, V)`` (or a tuple starting with them) -- that is enough -- and, when present,
-``model.next_token_logits(ids, kv_cache=None)`` -> ``(B, V)``, ``model.make_kv_cache(B)`` (a
-cache that the model advances itself), ``model.config.max_seq_len`` / ``vocab_size``, and
-``model.check_values(ids)`` (the model's own input check, run once on the prompt). Padded
-prompts (``attention_mask``) also need the model to take ``attention_mask`` and
+logits ``(B, T, V)`` (or a tuple starting with them) -- that is enough -- or, for the fast path,
+a :class:`DecodingModel` (``Transformer`` is one): ``next_token_logits(ids, kv_cache=None)`` ->
+``(B, V)``, ``make_kv_cache(B)`` (a cache that the model advances itself), ``config.max_seq_len``
+/ ``vocab_size``, and ``check_values(ids)`` (the model's own input check, run once on the
+prompt). Padded prompts (``attention_mask``) also need the model to take ``attention_mask`` and
 ``token_positions`` (Hugging Face's ``position_ids``) in those calls.
 
 Prompts of different lengths decode in one batch when left-padded, with an ``attention_mask``
@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Protocol, Union, runtime_checkable
 
 import numpy as np
 import torch
@@ -47,6 +47,24 @@ from torch import nn
 from .utils import inputs_checked
 
 StopTokens = Optional[Union[int, Iterable[int]]]
+
+
+@runtime_checkable
+class DecodingModel(Protocol):
+    """A model that decodes with a KV cache: what generation uses of it beyond ``model(ids)``.
+    Any other module returning logits ``(B, T, V)`` decodes too, recomputing every step."""
+
+    config: Any  # max_seq_len, vocab_size (and canon: padded prompts are refused with canon layers)
+
+    def next_token_logits(self, input_ids: torch.Tensor, kv_cache: Any = None, attention_mask: Any = None,
+                          token_positions: Any = None) -> torch.Tensor:
+        """``(B, T)`` ids (continuing ``kv_cache``) -> the next token's logits ``(B, V)``."""
+
+    def make_kv_cache(self, batch_size: int) -> Any:
+        """An empty cache for ``batch_size`` rows; the model advances it in every call."""
+
+    def check_values(self, input_ids: torch.Tensor) -> None:
+        """Raise a clear error for ids outside the vocabulary (run once, on the prompt)."""
 
 
 # ----------------------------------------------------------------------------- validation
@@ -111,7 +129,7 @@ def _validate_inputs(model: nn.Module, input_ids, max_new_tokens, temperature, t
 
     max_new_tokens, top_k = scalar(max_new_tokens, int), scalar(top_k, int)
     temperature, top_p = scalar(temperature, float), scalar(top_p, float)
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    vocab = model.config.vocab_size if isinstance(model, DecodingModel) else None
     if stop is not None and vocab is not None:
         items = [stop] if isinstance(stop, int) else stop
         try:
@@ -276,8 +294,7 @@ def _stop_set(stop: StopTokens) -> list[int]:
 
 
 def _max_seq_len(model: nn.Module) -> int | None:
-    config = getattr(model, "config", None)
-    return getattr(config, "max_seq_len", None)
+    return model.config.max_seq_len if isinstance(model, DecodingModel) else None
 
 
 def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None, attention_mask=None,
@@ -285,7 +302,7 @@ def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None, attention_m
     """Next-token logits ``(B, V)`` for the last position of ``ids (B, T)`` (with a padding
     ``attention_mask`` covering the cached positions and ``ids``, and ``token_positions (B, T)``)."""
     padded = {} if attention_mask is None else {"attention_mask": attention_mask, "token_positions": token_positions}
-    if hasattr(model, "next_token_logits"):
+    if isinstance(model, DecodingModel):
         return model.next_token_logits(ids, kv_cache=kv_cache, **padded)  # (B, V)
     if kv_cache is not None:
         padded["kv_cache"] = kv_cache
@@ -323,7 +340,7 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
                          f"its last {max_len} tokens")
     if attention_mask is not None:
         _check_attention_mask(model, attention_mask, ids, truncate)
-    if hasattr(model, "check_values"):
+    if isinstance(model, DecodingModel):
         model.check_values(ids)  # the prompt's ids, once; later steps feed sampled ids only
     return ids, squeeze, sampling
 
@@ -362,7 +379,7 @@ def _check_attention_mask(model: nn.Module, attention_mask, ids: torch.Tensor, t
     if not bool(binary & left & (m[:, -1] == 1).all()):
         raise ValueError("attention_mask must hold 0 (padding) then 1 (tokens) in every row, with at least "
                          "one token: generation pads on the left, so that every row's newest token is last")
-    canon = getattr(getattr(model, "config", None), "canon", None)
+    canon = getattr(model.config, "canon", None) if isinstance(model, DecodingModel) else None
     if canon and not bool(m.all()):
         raise ValueError(f"the model has canon layers (canon={canon!r}), whose convolution would mix the "
                          f"padding into a row's first tokens; decode prompts of different lengths separately")
@@ -375,7 +392,7 @@ def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, sampling: 
     B, T = ids.shape
     max_len = _max_seq_len(model)
     cache = None
-    if use_cache and hasattr(model, "make_kv_cache") and (max_len is None or min(T, max_len) < max_len):
+    if use_cache and isinstance(model, DecodingModel) and (max_len is None or min(T, max_len) < max_len):
         cache = model.make_kv_cache(B)
     # Room for the prompt and every new token, so the loop never re-allocates or concatenates.
     seq = torch.empty(B, T + max_new_tokens, dtype=torch.long, device=ids.device)

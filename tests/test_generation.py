@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.generation import (
+    DecodingModel,
     SamplingConfig,
     apply_temperature,
     generate,
@@ -375,6 +376,7 @@ def test_works_with_any_module_returning_logits():
 
     torch.manual_seed(0)
     m = Bigram()
+    assert isinstance(make_model(), DecodingModel) and not isinstance(m, DecodingModel)  # the cached path's protocol
     out = generate(m, torch.tensor([[1]]), 5, greedy=True)
     expected = [1]
     for _ in range(5):
