@@ -38,7 +38,7 @@ import torch
 from record import save_result  # benchmarks/record.py (the script's folder is on sys.path)
 
 from fundamentallm import Transformer, TransformerConfig
-from fundamentallm.__main__ import positive_int
+from fundamentallm.cli import positive_int
 from fundamentallm.generation import generate, optimize_for_decoding
 from fundamentallm.interop import from_hf_gpt2, from_hf_llama
 

@@ -54,9 +54,9 @@ from record import (  # benchmarks/record.py (the script's folder is on sys.path
 )
 
 from fundamentallm import Transformer, TransformerConfig
-from fundamentallm.__main__ import nonneg_int, positive_int
+from fundamentallm.cli import nonneg_int, positive_int
 from fundamentallm.data import load_corpus, train_val_split
-from fundamentallm.recipes import BUDGET, RECIPES
+from fundamentallm.recipes import BUDGET, RECIPES, configs
 from fundamentallm.tokenizers import CharacterTokenizer
 from fundamentallm.training import TrainConfig, Trainer
 
@@ -104,26 +104,23 @@ def recipe_variant(name: str) -> str:
 def build_trainer(recipe_name: str, seed: int, vocab_size: int, train_ids, val_ids, args,
                   model_over: dict, train_over: dict) -> Trainer:
     base, *sets = recipe_name.split("+")  # a variant's own overrides, then --set's
-    recipe = RECIPES[base]
     variant_model, variant_train = parse_overrides(sets)
-    model_over, train_over = {**variant_model, **model_over}, {**variant_train, **train_over}
+    run = dict(max_steps=args.steps, block_size=BLOCK, eval_batch_size=256, progress=False, device="cpu", seed=seed,
+               log_interval=1)
+    # the package's one assembler (the CLI's `train --recipe` uses it too): the budget, the recipe, then these
+    model_kwargs, train_kwargs = configs(base, vocab_size, model={**variant_model, **model_over},
+                                         train={**run, **variant_train, **train_over})
     torch.manual_seed(seed)
     try:
-        config = TransformerConfig(**{"vocab_size": vocab_size, "max_seq_len": BLOCK, "dropout": 0.0,
-                                      **recipe["model"], **model_over})
+        config = TransformerConfig(**model_kwargs)
     except (TypeError, ValueError) as err:
         raise SystemExit(f"--set: {err}") from None
     model = Transformer(config)
     params = model.num_parameters()
     if params > MAX_PARAMS:
         raise SystemExit(f"{recipe_name}: {params} parameters exceed the budget's {MAX_PARAMS}")
-    train = {**recipe["train"], **train_over}
-    if "warmup_steps" not in train_over:  # a quick trial shorter than the warmup warms up throughout
-        train["warmup_steps"] = min(train["warmup_steps"], args.steps)
     try:
-        train_config = TrainConfig(**{**dict(max_steps=args.steps, batch_size=BATCH, block_size=BLOCK,
-                                             eval_interval=0, eval_batch_size=256, progress=False,
-                                             device="cpu", seed=seed, log_interval=1), **train})
+        train_config = TrainConfig(**train_kwargs)
     except (TypeError, ValueError) as err:
         raise SystemExit(f"--set or --steps: {err}") from None
     print(f"{recipe_name}: params={params}\n  model: {config}\n  train: {train_config}", flush=True)

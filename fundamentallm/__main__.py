@@ -13,8 +13,18 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from .recipes import OPTIMIZERS, PRECISIONS, PRESETS, RECIPES  # torch-free: --help stays instant
-from .run import CommandError
+from .cli import (  # torch-free: --help stays instant
+    CommandError,
+    Formatter,
+    dropout_rate,
+    fraction,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    probability,
+)
+from .recipes import OPTIMIZERS, PRECISIONS, PRESETS, RECIPES
+from .run import load_run, recipe_defaults
 
 DEFAULT_OUT = "runs/latest"
 EPILOG = """examples:
@@ -29,54 +39,29 @@ EPILOG = """examples:
 exit codes: 0 done, 1 training diverged, 2 bad input or unreadable file, 130 interrupted (Ctrl-C)"""
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows every option's default and keeps the epilog's line breaks."""
-
-
-# --- argument types: a bad value is reported by argparse, before anything runs ------------------
-
-def _number(text: str, kind, low, low_ok: bool, high=None, high_ok: bool = False):
+def _recipe_in(argv: Sequence[str]) -> Optional[str]:
+    """The ``--recipe`` of a ``train`` command line, read before the full parse (None if none or
+    not a recipe: the full parse reports a bad one)."""
+    if list(argv[:1]) != ["train"]:
+        return None
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--recipe", default=None)
     try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-    bounds = f"{'>=' if low_ok else '>'} {low}" + (f" and {'<=' if high_ok else '<'} {high}" if high is not None else "")
-    if not math.isfinite(value) or not (value >= low if low_ok else value > low) or (
-            high is not None and not (value <= high if high_ok else value < high)):
-        raise argparse.ArgumentTypeError(f"{text} must be {'an integer' if kind is int else 'a finite number'} {bounds}")
-    return value
+        known, _ = pre.parse_known_args(argv[1:])
+    except SystemExit:
+        return None
+    return known.recipe if known.recipe in RECIPES else None
 
 
-def positive_int(text: str) -> int:
-    return _number(text, int, 1, True)
-
-
-def nonneg_int(text: str) -> int:
-    return _number(text, int, 0, True)
-
-
-def positive_float(text: str) -> float:
-    return _number(text, float, 0, False)
-
-
-def fraction(text: str) -> float:
-    return _number(text, float, 0, False, 1, False)
-
-
-def probability(text: str) -> float:
-    return _number(text, float, 0, False, 1, True)
-
-
-def dropout_rate(text: str) -> float:
-    return _number(text, float, 0, True, 1, False)
-
-
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(recipe: Optional[str] = None, given_only: bool = False) -> argparse.ArgumentParser:
+    """The command line's parser. ``recipe``: ``train``'s flags default to that recipe's values
+    (``run.recipe_defaults``). ``given_only``: no defaults at all, so that a parse holds exactly
+    the flags the user gave."""
     parser = argparse.ArgumentParser(prog="python -m fundamentallm", description=__doc__.split("\n\n")[0],
-                                     epilog=EPILOG, formatter_class=_Formatter)
+                                     epilog=EPILOG, formatter_class=Formatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,generate,evaluate,doctor,prepare,sft,dpo,grpo}")
 
-    train = sub.add_parser("train", help="train a language model on a corpus", formatter_class=_Formatter,
+    train = sub.add_parser("train", help="train a language model on a corpus", formatter_class=Formatter,
                            description="Train a language model; checkpoints go to --out every "
                            "--save-interval steps, at the end, and on Ctrl-C.")
     train.add_argument("--corpus", default="python-docs", help="'python-docs' (built in), "
@@ -85,7 +70,8 @@ def _build_parser() -> argparse.ArgumentParser:
     train.add_argument("--recipe", default=None, choices=list(RECIPES),
                        help="train a recipe of fundamentallm/recipes.py on the CPU budget's terms (the "
                        "records page's runs: its model and training settings, 2000 steps x 12 x 64 "
-                       "characters, seed 1337); flags you give still override it")
+                       "characters, seed 1337): they become the other flags' defaults (shown by `train "
+                       "--recipe NAME --help`), and every flag you give overrides them")
     train.add_argument("--data", default=None, help="a folder written by `prepare` (train.bin/val.bin, "
                        "read by memory map; its tokenizer replaces --corpus/--tokenizer)")
     train.add_argument("--tokenizer", default="char", choices=("char", "bpe"), help="tokenizer kind")
@@ -118,7 +104,7 @@ def _build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.add_argument("--ddp", action="store_true", help="data-parallel across torchrun's processes")
 
-    gen = sub.add_parser("generate", help="sample text from a checkpoint", formatter_class=_Formatter)
+    gen = sub.add_parser("generate", help="sample text from a checkpoint", formatter_class=Formatter)
     gen.add_argument("--checkpoint", default=DEFAULT_OUT, help="checkpoint directory")
     gen.add_argument("--prompt", default="\n", help="text to continue (default: a newline)%(default).0s")
     gen.add_argument("--max-new-tokens", type=nonneg_int, default=200, help="tokens to generate")
@@ -131,7 +117,7 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
 
     ev = sub.add_parser("evaluate", help="mean loss and perplexity on a corpus's validation split",
-                        formatter_class=_Formatter)
+                        formatter_class=Formatter)
     ev.add_argument("--checkpoint", default=DEFAULT_OUT, help="checkpoint directory")
     ev.add_argument("--corpus", default=None, help="None: the corpus the checkpoint was trained on")
     ev.add_argument("--val-fraction", type=fraction, default=None, help="None: the training run's")
@@ -139,10 +125,10 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
 
     doc = sub.add_parser("doctor", help="print versions, the device and whether each chapter's "
-                         "imports resolve", formatter_class=_Formatter)
+                         "imports resolve", formatter_class=Formatter)
     doc.add_argument("--book", default=None, help="folder of chapter notebooks (None: the repository's book/)")
     prep = sub.add_parser("prepare", help="tokenize a text file once into train.bin/val.bin for "
-                          "`train --data`", formatter_class=_Formatter)
+                          "`train --data`", formatter_class=Formatter)
     prep.add_argument("text", help="a UTF-8 text file (streamed: any size)")
     prep.add_argument("--tokenizer", default="char", help="'char', 'bpe' (trained on the first 10 MB), "
                       "a tokenizer .json file, or a folder with GPT-2's vocab.json + merges.txt")
@@ -151,8 +137,26 @@ def _build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--out", required=True, help="output folder")
 
     from .posttrain_cli import add_parsers  # sft, dpo, grpo (chapter 15)
-    add_parsers(sub, _Formatter, sys.modules[__name__])
+    add_parsers(sub)
+    if recipe is not None:
+        train.set_defaults(**recipe_defaults(recipe))
+    if given_only:
+        for p in (parser, *sub.choices.values()):
+            p._defaults.clear()
+            for action in p._actions:
+                if action.dest not in ("help", "command"):
+                    action.default = argparse.SUPPRESS
     return parser
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parse a command line; ``args.given`` holds the names of the flags the user gave (a flag
+    given with its default's value counts: it wins over a recipe, and ``--resume`` checks it)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    recipe = _recipe_in(argv)
+    args = _build_parser(recipe).parse_args(argv)
+    args.given = frozenset(vars(_build_parser(recipe, given_only=True).parse_args(argv))) - {"command"}
+    return args
 
 
 def cmd_prepare(args: argparse.Namespace) -> dict:
@@ -167,30 +171,17 @@ def cmd_prepare(args: argparse.Namespace) -> dict:
 def cmd_train(args: argparse.Namespace) -> dict:
     from .run import cmd_train as run_train
 
-    return run_train(args, defaults=vars(_build_parser().parse_args(["train"])))
+    return run_train(args)
 
 
 # --- generate / evaluate -------------------------------------------------------------------------
-
-def _load(path: str, device: str):
-    from .checkpoint import load_checkpoint
-    from .utils import get_device
-
-    ckpt = load_checkpoint(path, map_location=get_device(device))
-    if ckpt.tokenizer is None:
-        raise CommandError(f"checkpoint {path} has no tokenizer.json; it was not written by `train`")
-    if ckpt.tokenizer.vocab_size != ckpt.config.vocab_size:
-        raise CommandError(f"checkpoint {path}: the tokenizer has {ckpt.tokenizer.vocab_size} tokens "
-                           f"but the model {ckpt.config.vocab_size}; they do not belong together")
-    return ckpt
-
 
 def cmd_generate(args: argparse.Namespace) -> dict:
     import torch
 
     from .generation import generate, optimize_for_decoding
 
-    ckpt = _load(args.checkpoint, args.device)
+    ckpt = load_run(args.checkpoint, args.device)
     if next(ckpt.model.parameters()).device.type == "cpu":
         optimize_for_decoding(ckpt.model)  # the CPU's faster weight layout for one-token steps
     prompt_ids = ckpt.tokenizer.encode(args.prompt)
@@ -221,7 +212,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
     from .data import load_corpus, train_val_split
     from .training import evaluate
 
-    ckpt = _load(args.checkpoint, args.device)
+    ckpt = load_run(args.checkpoint, args.device)
     corpus = args.corpus if args.corpus is not None else ckpt.extra.get("corpus")
     if corpus is None:
         raise CommandError("the checkpoint does not record its corpus; pass --corpus")
@@ -251,11 +242,11 @@ def cmd_doctor(args: argparse.Namespace) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _build_parser().parse_args(argv)
+    args = parse_args(argv)
     commands = {"train": cmd_train, "generate": cmd_generate, "evaluate": cmd_evaluate, "doctor": cmd_doctor,
                 "prepare": cmd_prepare}
     from .posttrain_cli import COMMANDS, cmd_post
-    commands.update(dict.fromkeys(COMMANDS, lambda a: cmd_post(a, vars(_build_parser().parse_args([a.command])))))
+    commands.update(dict.fromkeys(COMMANDS, cmd_post))
     try:
         result = commands[args.command](args)
     except CommandError as err:

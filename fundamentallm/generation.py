@@ -16,10 +16,17 @@ O(T) attention instead of a full O(T²) forward over the whole sequence, and giv
 logits (up to float rounding) and the same greedy tokens -- the tests check both.
 
 What this module needs from a model (it does not import ``model.py``): ``model(ids)`` returning
-logits ``(B, T, V)`` (or a tuple starting with them) -- that is enough -- and, when present,
-``model.next_token_logits(ids, kv_cache=None)`` -> ``(B, V)``, ``model.make_kv_cache(B)`` (a
-cache that the model advances itself), ``model.config.max_seq_len`` / ``vocab_size``, and
-``model.check_values(ids)`` (the model's own input check, run once on the prompt).
+logits ``(B, T, V)`` (or a tuple starting with them) -- that is enough -- or, for the fast path,
+a :class:`DecodingModel` (``Transformer`` is one): ``next_token_logits(ids, kv_cache=None)`` ->
+``(B, V)``, ``make_kv_cache(B)`` (a cache that the model advances itself), ``config.max_seq_len``
+/ ``vocab_size``, and ``check_values(ids)`` (the model's own input check, run once on the
+prompt). Padded prompts (``attention_mask``) also need the model to take ``attention_mask`` and
+``token_positions`` (Hugging Face's ``position_ids``) in those calls.
+
+Prompts of different lengths decode in one batch when left-padded, with an ``attention_mask``
+(1 = token, 0 = padding): the padding is masked and each row's positions count from its first
+real token (torchtune's ``get_position_ids_from_padding_mask``), so a row decodes as it would
+alone -- the tests check tokens and logits against each prompt decoded by itself.
 
 Checks run once per call, before the first token; a decoding step reads nothing back on the
 host except, with ``stop``, whether every row has finished (``benchmarks/host_syncs.py``
@@ -30,7 +37,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from typing import Optional, Union
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol, Union, runtime_checkable
 
 import numpy as np
 import torch
@@ -39,6 +47,24 @@ from torch import nn
 from .utils import inputs_checked
 
 StopTokens = Optional[Union[int, Iterable[int]]]
+
+
+@runtime_checkable
+class DecodingModel(Protocol):
+    """A model that decodes with a KV cache: what generation uses of it beyond ``model(ids)``.
+    Any other module returning logits ``(B, T, V)`` decodes too, recomputing every step."""
+
+    config: Any  # max_seq_len, vocab_size (and canon: padded prompts are refused with canon layers)
+
+    def next_token_logits(self, input_ids: torch.Tensor, kv_cache: Any = None, attention_mask: Any = None,
+                          token_positions: Any = None) -> torch.Tensor:
+        """``(B, T)`` ids (continuing ``kv_cache``) -> the next token's logits ``(B, V)``."""
+
+    def make_kv_cache(self, batch_size: int) -> Any:
+        """An empty cache for ``batch_size`` rows; the model advances it in every call."""
+
+    def check_values(self, input_ids: torch.Tensor) -> None:
+        """Raise a clear error for ids outside the vocabulary (run once, on the prompt)."""
 
 
 # ----------------------------------------------------------------------------- validation
@@ -103,7 +129,7 @@ def _validate_inputs(model: nn.Module, input_ids, max_new_tokens, temperature, t
 
     max_new_tokens, top_k = scalar(max_new_tokens, int), scalar(top_k, int)
     temperature, top_p = scalar(temperature, float), scalar(top_p, float)
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    vocab = model.config.vocab_size if isinstance(model, DecodingModel) else None
     if stop is not None and vocab is not None:
         items = [stop] if isinstance(stop, int) else stop
         try:
@@ -121,6 +147,40 @@ def _validate_inputs(model: nn.Module, input_ids, max_new_tokens, temperature, t
             raise ValueError(f"max_new_tokens={max_new_tokens} would make an output of {total:,} token "
                              f"ids ({total * 8 / 2**30:.0f} GiB); generate at most a few million tokens at a time")
     return max_new_tokens, temperature, top_k, top_p
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How each next token is chosen, validated once when it is made (Hugging Face's
+    ``GenerationConfig``, nanochat's one sampler's arguments): the decoding loop passes it on
+    unchecked. ``greedy=True`` takes the argmax; otherwise temperature, then top-k, then top-p
+    (see :func:`sample_next`). ``generate(model, ids, n, sampling=SamplingConfig(top_k=5))``
+    equals ``generate(model, ids, n, top_k=5)``."""
+
+    temperature: float = 1.0
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        _check_temperature(self.temperature)
+        _check_top_k(self.top_k)
+        _check_top_p(self.top_p)
+        if not isinstance(self.greedy, bool):
+            raise ValueError(f"greedy={self.greedy!r} must be True or False")
+
+
+def _sampling(sampling: Optional[SamplingConfig], temperature, top_k, top_p, greedy) -> tuple:
+    """The knobs of ``generate``/``stream``: from ``sampling`` when given (then the separate
+    arguments must keep their defaults), else as passed."""
+    if sampling is None:
+        return temperature, top_k, top_p, greedy
+    if not isinstance(sampling, SamplingConfig):
+        raise TypeError(f"sampling={sampling!r} must be None or a SamplingConfig")
+    if (temperature, top_k, top_p, greedy) != (1.0, None, None, False):
+        raise ValueError("pass the sampling options either as sampling=SamplingConfig(...) or as "
+                         "temperature/top_k/top_p/greedy, not both")
+    return sampling.temperature, sampling.top_k, sampling.top_p, sampling.greedy
 
 
 # ----------------------------------------------------------------------------- the filters
@@ -180,20 +240,18 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     gives the same tokens.
     """
     _check_logits(logits)
-    _check_temperature(temperature)
-    _check_top_k(top_k)
-    _check_top_p(top_p)
+    sampling = SamplingConfig(temperature, top_k, top_p, greedy)
     _check_generator(generator)
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape (B, vocab_size), got {tuple(logits.shape)}")
     _check_finite_logits(logits)
-    return _sample(logits, temperature, top_k, top_p, greedy, generator)
+    return _sample(logits, sampling, generator)
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-            greedy: bool, generator: torch.Generator | None) -> torch.Tensor:
+def _sample(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
     """:func:`sample_next` on arguments checked already: a decoding step's sampler."""
-    if greedy:
+    temperature, top_k, top_p = sampling.temperature, sampling.top_k, sampling.top_p
+    if sampling.greedy:
         return logits.argmax(dim=-1)
     scaled = logits if temperature == 1.0 else logits / temperature
     if temperature < 1.0:
@@ -236,23 +294,28 @@ def _stop_set(stop: StopTokens) -> list[int]:
 
 
 def _max_seq_len(model: nn.Module) -> int | None:
-    config = getattr(model, "config", None)
-    return getattr(config, "max_seq_len", None)
+    return model.config.max_seq_len if isinstance(model, DecodingModel) else None
 
 
-def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None) -> torch.Tensor:
-    """Next-token logits ``(B, V)`` for the last position of ``ids (B, T)``."""
-    if hasattr(model, "next_token_logits"):
-        return model.next_token_logits(ids, kv_cache=kv_cache)  # (B, V)
-    out = model(ids, kv_cache=kv_cache) if kv_cache is not None else model(ids)
+def _last_logits(model: nn.Module, ids: torch.Tensor, kv_cache=None, attention_mask=None,
+                 token_positions=None) -> torch.Tensor:
+    """Next-token logits ``(B, V)`` for the last position of ``ids (B, T)`` (with a padding
+    ``attention_mask`` covering the cached positions and ``ids``, and ``token_positions (B, T)``)."""
+    padded = {} if attention_mask is None else {"attention_mask": attention_mask, "token_positions": token_positions}
+    if isinstance(model, DecodingModel):
+        return model.next_token_logits(ids, kv_cache=kv_cache, **padded)  # (B, V)
+    if kv_cache is not None:
+        padded["kv_cache"] = kv_cache
+    out = model(ids, **padded)
     logits = out[0] if isinstance(out, (tuple, list)) else out
     return logits[:, -1]
 
 
 def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float,
              top_k: int | None, top_p: float | None, greedy: bool, use_cache: bool,
-             truncate: bool, generator) -> tuple[torch.Tensor, bool]:
-    """Validate everything up front (before any token is produced); return the ids as (B, T)."""
+             truncate: bool, generator, attention_mask=None) -> tuple[torch.Tensor, bool, SamplingConfig]:
+    """Validate everything up front (before any token is produced); return the ids as (B, T),
+    whether the prompt was 1-D, and the sampling configuration."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(input_ids, torch.Tensor):
@@ -265,10 +328,8 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
         raise ValueError(f"input_ids must have shape (B, T) or (T,) with T >= 1, got {tuple(input_ids.shape)}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 0")
-    _check_temperature(temperature)
-    _check_top_k(top_k)
-    _check_top_p(top_p)
-    for name, value in (("greedy", greedy), ("use_cache", use_cache), ("truncate", truncate)):
+    sampling = SamplingConfig(temperature, top_k, top_p, greedy)
+    for name, value in (("use_cache", use_cache), ("truncate", truncate)):
         if not isinstance(value, bool):
             raise ValueError(f"{name}={value!r} must be True or False")
     _check_generator(generator)
@@ -277,19 +338,61 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
         raise ValueError(f"the prompt has {ids.shape[1]} tokens but the model's context is "
                          f"max_seq_len={max_len}; shorten it, or pass truncate=True to condition on "
                          f"its last {max_len} tokens")
-    if hasattr(model, "check_values"):
+    if attention_mask is not None:
+        _check_attention_mask(model, attention_mask, ids, truncate)
+    if isinstance(model, DecodingModel):
         model.check_values(ids)  # the prompt's ids, once; later steps feed sampled ids only
-    return ids, squeeze
+    return ids, squeeze, sampling
 
 
-def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperature: float,
-            top_k: int | None, top_p: float | None, greedy: bool, use_cache: bool,
-            stop: list[int], generator: torch.Generator | None) -> Iterator[torch.Tensor]:
+def _begin(model: nn.Module, input_ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache, stop,
+           generator, truncate, attention_mask, sampling) -> tuple:
+    """The prologue of :func:`generate` and :func:`stream`: every check, once. Returns the prompt
+    ``(B, T)`` on the model's device, whether it was 1-D, the :class:`SamplingConfig`, the stop
+    ids, the padding mask (or None) and ``max_new_tokens``."""
+    temperature, top_k, top_p, greedy = _sampling(sampling, temperature, top_k, top_p, greedy)
+    max_new_tokens, temperature, top_k, top_p = _validate_inputs(
+        model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
+    ids, squeeze, config = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
+                                    use_cache, truncate, generator, attention_mask)
+    device = next(iter(model.parameters()), ids).device
+    mask = None if attention_mask is None else attention_mask.reshape(ids.shape).to(device).long()
+    return ids.to(device).long(), squeeze, config, _stop_set(stop), mask, max_new_tokens
+
+
+def _check_attention_mask(model: nn.Module, attention_mask, ids: torch.Tensor, truncate: bool) -> None:
+    """A left-padding mask of ``ids``' shape: 0/1 (or bool), every row ending in real tokens
+    (a 1 is never followed by a 0) and holding at least one. One host read."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.is_floating_point() \
+            or attention_mask.is_complex():
+        raise TypeError(f"attention_mask must be an integer or bool torch.Tensor (1 = token, 0 = padding), got "
+                        f"{attention_mask.dtype if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__}")
+    if tuple(attention_mask.shape) != tuple(ids.shape):
+        raise ValueError(f"attention_mask must have the prompts' shape (B, T) = {tuple(ids.shape)}, got "
+                         f"{tuple(attention_mask.shape)}")
+    if truncate:
+        raise ValueError("truncate=True cannot be combined with attention_mask: a padded row's window "
+                         "would cut its tokens and its padding differently; pass prompts that fit max_seq_len")
+    m = attention_mask.long()
+    binary = ((m == 0) | (m == 1)).all()
+    left = (m[:, 1:] >= m[:, :-1]).all() if m.shape[1] > 1 else binary  # 0...0 1...1 in every row
+    if not bool(binary & left & (m[:, -1] == 1).all()):
+        raise ValueError("attention_mask must hold 0 (padding) then 1 (tokens) in every row, with at least "
+                         "one token: generation pads on the left, so that every row's newest token is last")
+    canon = getattr(model.config, "canon", None) if isinstance(model, DecodingModel) else None
+    if canon and not bool(m.all()):
+        raise ValueError(f"the model has canon layers (canon={canon!r}), whose convolution would mix the "
+                         f"padding into a row's first tokens; decode prompts of different lengths separately")
+
+
+def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, sampling: SamplingConfig,
+            use_cache: bool, stop: list[int], generator: torch.Generator | None,
+            attention_mask: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
     """The decode loop. Runs in inference mode; yields one ``(B,)`` tensor per step."""
     B, T = ids.shape
     max_len = _max_seq_len(model)
     cache = None
-    if use_cache and hasattr(model, "make_kv_cache") and (max_len is None or min(T, max_len) < max_len):
+    if use_cache and isinstance(model, DecodingModel) and (max_len is None or min(T, max_len) < max_len):
         cache = model.make_kv_cache(B)
     # Room for the prompt and every new token, so the loop never re-allocates or concatenates.
     seq = torch.empty(B, T + max_new_tokens, dtype=torch.long, device=ids.device)
@@ -298,24 +401,38 @@ def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperatur
     stop_ids = torch.tensor(stop, dtype=torch.long, device=ids.device) if stop else None
     finished = torch.zeros(B, dtype=torch.bool, device=ids.device) if stop else None
     pad = torch.zeros(B, dtype=torch.long, device=ids.device) if stop else None
+    mask = None
+    if attention_mask is not None:  # the prompts' padding, then every new token real
+        mask = torch.ones(B, T + max_new_tokens, dtype=torch.long, device=ids.device)
+        mask[:, :T] = attention_mask
+
+    def window(start: int, end: int) -> dict:
+        """The padding mask of positions start..end-1 (a cache's positions 0..start-1 included) and
+        the window's positions, counted from each row's first real token."""
+        if mask is None:
+            return {}
+        return {"attention_mask": mask[:, :end] if cache is not None else mask[:, start:end],
+                "token_positions": (mask[:, :end].cumsum(-1)[:, start:] - 1).clamp(min=0) if cache is not None
+                else (mask[:, start:end].cumsum(-1) - 1).clamp(min=0)}  # (B, end - start)
+
     for step in range(max_new_tokens):
         if cache is not None and cache.length == 0:
             # Prefill: the whole prompt (its last max_seq_len tokens) in one forward.
             start = length - min(length, max_len) if max_len is not None else 0
-            logits = _last_logits(model, seq[:, start:length], kv_cache=cache)
+            logits = _last_logits(model, seq[:, start:length], kv_cache=cache, **window(start, length))
         elif cache is not None and (max_len is None or cache.length < max_len):
             # Decode: only the newest token; its keys/values join the cache.
-            logits = _last_logits(model, seq[:, length - 1:length], kv_cache=cache)
+            logits = _last_logits(model, seq[:, length - 1:length], kv_cache=cache, **window(length - 1, length))
         else:
             # No cache, or the window is full: recompute over the last max_seq_len tokens
             # (nanoGPT's sliding window). The cache is dropped for good once it is full.
             cache = None
             start = length - min(length, max_len) if max_len is not None else 0
-            logits = _last_logits(model, seq[:, start:length])
+            logits = _last_logits(model, seq[:, start:length], **window(start, length))
         if step == 0:  # diverged weights show in the first logits already: checked once
             _check_logits(logits)
             _check_finite_logits(logits)
-        token = _sample(logits, temperature, top_k, top_p, greedy, generator)  # (B,)
+        token = _sample(logits, sampling, generator)  # (B,)
         if finished is not None:
             # Rows that already stopped keep repeating their own stop token.
             token = torch.where(finished, pad, token)
@@ -333,29 +450,25 @@ def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, temperatur
 def stream(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
            top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
            use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
-           truncate: bool = False) -> Iterator[torch.Tensor]:
+           truncate: bool = False, attention_mask: torch.Tensor | None = None,
+           sampling: SamplingConfig | None = None) -> Iterator[torch.Tensor]:
     """Like :func:`generate`, but a generator yielding each new token as soon as it exists:
     a ``(B,)`` int64 tensor per step (``()`` for a 1-D prompt). Every argument is validated
     when ``stream`` is called, before the first token. The model is in eval mode while tokens
     are produced and is put back in its previous mode when the stream ends or is closed.
     """
-    max_new_tokens, temperature, top_k, top_p = _validate_inputs(
-        model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
-    ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                            use_cache, truncate, generator)
-    stop_ids = _stop_set(stop)
-    device = next(iter(model.parameters()), ids).device
-    return _stream(model, ids.to(device).long(), squeeze, max_new_tokens, temperature, top_k, top_p,
-                   greedy, use_cache, stop_ids, generator)
+    ids, squeeze, config, stop_ids, mask, max_new_tokens = _begin(
+        model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache, stop, generator,
+        truncate, attention_mask, sampling)
+    return _stream(model, ids, squeeze, max_new_tokens, config, use_cache, stop_ids, generator, mask)
 
 
-def _stream(model, ids, squeeze, max_new_tokens, temperature, top_k, top_p, greedy, use_cache,
-            stop_ids, generator) -> Iterator[torch.Tensor]:
+def _stream(model, ids, squeeze, max_new_tokens, sampling, use_cache, stop_ids, generator,
+            attention_mask) -> Iterator[torch.Tensor]:
     was_training = model.training
     model.eval()
     try:
-        steps = _decode(model, ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache,
-                        stop_ids, generator)
+        steps = _decode(model, ids, max_new_tokens, sampling, use_cache, stop_ids, generator, attention_mask)
         while True:
             # subtle: inference mode is entered around each step only; holding it across `yield`
             # would leak it into the caller's code while the generator is suspended.
@@ -400,15 +513,23 @@ def optimize_for_decoding(model: nn.Module) -> nn.Module:
 def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
              use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
-             truncate: bool = False) -> torch.Tensor:
+             truncate: bool = False, attention_mask: torch.Tensor | None = None,
+             sampling: SamplingConfig | None = None) -> torch.Tensor:
     """Extend each prompt by up to ``max_new_tokens`` tokens.
 
-    ``input_ids`` is ``(B, T)`` (a batch of prompts of equal length) or ``(T,)``; the result is
-    ``(B, T + n)`` (or ``(T + n,)``), the prompt followed by the new tokens, with
-    ``n = max_new_tokens`` unless ``stop`` ends generation earlier.
+    ``input_ids`` is ``(B, T)`` (a batch of prompts) or ``(T,)``; the result is ``(B, T + n)``
+    (or ``(T + n,)``), the prompt followed by the new tokens, with ``n = max_new_tokens`` unless
+    ``stop`` ends generation earlier.
+
+    - Prompts of different lengths: left-pad them to ``T`` and pass ``attention_mask`` ``(B, T)``
+      (1 = token, 0 = padding; every row ends with its tokens). The padding is masked, each row's
+      positions count from its first token, and each row decodes as it would alone (the result
+      keeps the padding on the left). Not with ``truncate=True``, nor for models with canon
+      layers (their convolution would see the padding).
 
     - Sampling: ``greedy=True`` takes the argmax; otherwise ``temperature`` (> 0), ``top_k``
-      and ``top_p`` shape the distribution (see :func:`sample_next`). ``generator`` (a
+      and ``top_p`` shape the distribution (see :func:`sample_next`); or, instead of those four,
+      ``sampling=SamplingConfig(...)``. ``generator`` (a
       ``torch.Generator``) makes the draws reproducible; without it the global RNG is used,
       so ``torch.manual_seed`` gives the same samples.
     - ``stop``: a token id or several. A row that samples one is *finished*: the stop token is
@@ -427,19 +548,14 @@ def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
     The model runs in eval mode (no dropout) and in ``torch.inference_mode``; its previous mode
     is restored afterwards.
     """
-    max_new_tokens, temperature, top_k, top_p = _validate_inputs(
-        model, input_ids, max_new_tokens, temperature, top_k, top_p, stop)
-    ids, squeeze = _prepare(model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                            use_cache, truncate, generator)
-    stop_ids = _stop_set(stop)
-    device = next(iter(model.parameters()), ids).device
-    ids = ids.to(device).long()
+    ids, squeeze, config, stop_ids, mask, max_new_tokens = _begin(
+        model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache, stop, generator,
+        truncate, attention_mask, sampling)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode(), inputs_checked(model):
-            tokens = list(_decode(model, ids, max_new_tokens, temperature, top_k, top_p, greedy,
-                                  use_cache, stop_ids, generator))
+            tokens = list(_decode(model, ids, max_new_tokens, config, use_cache, stop_ids, generator, mask))
             out = torch.cat([ids] + [t.unsqueeze(1) for t in tokens], dim=1)  # (B, T + n)
     finally:
         model.train(was_training)

@@ -396,11 +396,15 @@ class Transformer(_Backbone):
         return KVCache(batch_size, c.kv_heads, c.head_dim, c.max_seq_len, num_layers=len(self.blocks),
                        device=device or ref.device, dtype=dtype or ref.dtype)
 
-    def next_token_logits(self, input_ids: torch.Tensor, kv_cache: Optional[KVCache] = None) -> torch.Tensor:
+    def next_token_logits(self, input_ids: torch.Tensor, kv_cache: Optional[KVCache] = None,
+                          attention_mask: Optional[torch.Tensor] = None,
+                          token_positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The logits ``(B, V)`` of the token after ``input_ids`` ``(B, T)`` (continuing
-        ``kv_cache``'s sequence when given): the one call a decoding step makes. Generation
+        ``kv_cache``'s sequence when given; ``attention_mask``/``token_positions`` as in forward,
+        for left-padded prompts): the one call a decoding step makes. Generation
         (:mod:`fundamentallm.generation`) and chapter 10 use it."""
-        return self(input_ids, kv_cache=kv_cache, logits_to_keep=1)[0][:, -1]
+        return self(input_ids, kv_cache=kv_cache, attention_mask=attention_mask, token_positions=token_positions,
+                    logits_to_keep=1)[0][:, -1]
 
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:

@@ -7,8 +7,8 @@
 * :class:`ChatTemplate`: ``<user> question <assistant> answer <end>`` with reserved symbols of the
   tokenizer, and :func:`sft_batch`: padded batches whose targets are -100 except on the
   assistant's tokens (supervised fine-tuning, SFT; Ouyang et al. 2022);
-* :func:`sample_completions`: batched sampling with the KV cache, each row stopping at its own end
-  token; :func:`token_logprobs`, :func:`pack`;
+* :func:`sample_completions`: batched rollouts through :func:`fundamentallm.generation.generate`
+  (the KV cache; each row stops at its own end token); :func:`token_logprobs`, :func:`pack`;
 * :func:`dpo_loss` (Rafailov et al. 2023): preferences without a reward model;
 * :func:`group_advantages` and :func:`grpo_loss` (Shao et al. 2024): RL with a verifier's reward,
   advantages relative to a group of answers to the same prompt, a clipped ratio and a KL term;
@@ -28,6 +28,8 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .generation import generate
 
 USER, ASSISTANT, END = "\u25b7", "\u25c1", "\u25a0"  # ▷ ◁ ■: reserved, never in the web corpus
 Pair = tuple[str, str]  # (question, answer)
@@ -217,48 +219,32 @@ def sft_batch(template: ChatTemplate, pairs: Sequence[Pair], mask_prompt: bool =
 def sample_completions(model: nn.Module, prompts: Sequence[Sequence[int]], num_samples: int = 1,
                        max_new_tokens: int = 8, end_id: Optional[int] = None, temperature: float = 1.0,
                        greedy: bool = False, generator: Optional[torch.Generator] = None) -> list[list[int]]:
-    """``num_samples`` completions of every prompt (``result[i * num_samples + s]``), sampled in
-    batches with the KV cache (one batch per prompt length). A row stops at its own ``end_id``
-    (kept in its completion); the batch stops when every row has. Uses ``model(ids, kv_cache=)``."""
+    """``num_samples`` completions of every prompt (``result[i * num_samples + s]``), sampled
+    with :func:`fundamentallm.generation.generate` (the package's one decoder: KV cache, the
+    generator on any device) in one batch per prompt length. A row stops at its own ``end_id``
+    (kept in its completion); the batch stops when every row has."""
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples={num_samples!r} must be an integer >= 1")
     if not greedy and not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature={temperature!r} must be a finite number > 0 (or greedy=True)")
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token id lists")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     out: list[list[int]] = [[] for _ in range(len(prompts) * num_samples)]
     by_length = defaultdict(list)
     for i, p in enumerate(prompts):
         by_length[len(p)].append(i)
+    # subtle: one batch per length, not one left-padded batch: the rows and draws stay those of
+    # earlier versions (the chapter's numbers), and canon layers would see the padding.
     for T, idx in by_length.items():
         steps = min(max_new_tokens, model.config.max_seq_len - T)
         if steps < 1:
             raise ValueError(f"a prompt of {T} tokens leaves no room in max_seq_len={model.config.max_seq_len}")
         rows = [i * num_samples + s for i in idx for s in range(num_samples)]
-        ids = torch.tensor([list(prompts[i]) for i in idx for _ in range(num_samples)], device=device)
-        cache = model.make_kv_cache(len(rows))
-        logits = model(ids, kv_cache=cache)[0][:, -1]  # (B, V)
-        done = torch.zeros(len(rows), dtype=torch.bool, device=device)
-        new = []
-        for t in range(steps):
-            if greedy:
-                nxt = logits.argmax(-1)
-            else:
-                probs = F.softmax(logits.double() / temperature, dim=-1)
-                nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-            if end_id is not None:
-                nxt = torch.where(done, end_id, nxt)  # finished rows only pad; their tokens are dropped
-                done |= nxt == end_id
-            new.append(nxt)
-            if t == steps - 1 or bool(done.all()):
-                break
-            logits = model(nxt[:, None], kv_cache=cache)[0][:, -1]
-        for r, row in zip(rows, torch.stack(new, 1).tolist()):
+        ids = torch.tensor([list(prompts[i]) for i in idx for _ in range(num_samples)])  # (B, T)
+        new = generate(model, ids, steps, temperature=1.0 if greedy else temperature, greedy=greedy,
+                       stop=end_id, generator=generator)[:, T:]
+        for r, row in zip(rows, new.tolist()):
             out[r] = row[:row.index(end_id) + 1] if end_id in row else row
-    model.train(was_training)
     return out
 
 

@@ -15,12 +15,12 @@ LoRA runs, whose checkpoint holds the merged model); a non-finite loss exits 1.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 import time
 
-from .run import CommandError
+from . import cli
+from .cli import CommandError
+from .run import RunGuard, check_out, load_run, saved_run
 
 COMMANDS = ("sft", "dpo", "grpo")
 # The flags that define a run: --resume refuses to change them.
@@ -33,8 +33,9 @@ RUN_FLAGS = {"sft": ("checkpoint", "steps", "batch_size", "lr", "seed", "lora_ra
 LORA_TARGETS = ["attn.qkv", "attn.out_proj", "ff.up", "ff.gate", "ff.down"]  # those the model has
 
 
-def add_parsers(sub, formatter, types) -> None:
-    """Add the three subcommands to ``sub``; ``types`` provides ``positive_int``, ... (the CLI's)."""
+def add_parsers(sub) -> None:
+    """Add the three subcommands to ``sub`` (the command line's subparsers)."""
+    types, formatter = cli, cli.Formatter
     defaults = {"sft": (300, 128, 3e-3), "dpo": (60, 32, 3e-4), "grpo": (60, 16, 1e-3)}
     helps = {"sft": "supervised fine-tuning in the chat template (full or LoRA)",
              "dpo": "direct preference optimisation on the SFT model's own answers",
@@ -59,7 +60,7 @@ def add_parsers(sub, formatter, types) -> None:
             p.add_argument("--samples", type=types.positive_int, default=4, help="sampled answers per question")
         if name == "grpo":
             p.add_argument("--group-size", type=types.positive_int, default=8, help="answers per question (>= 2)")
-            p.add_argument("--kl-coef", type=types.nonneg_float if hasattr(types, "nonneg_float") else float,
+            p.add_argument("--kl-coef", type=types.nonneg_float,
                            default=0.04, help="weight of the KL term (0: none)")
             p.add_argument("--clip-eps", type=types.positive_float, default=0.2, help="ratio clip epsilon")
             p.add_argument("--inner-steps", type=types.positive_int, default=2, help="updates per sampled batch")
@@ -75,46 +76,9 @@ def add_parsers(sub, formatter, types) -> None:
         p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _check_out(args: argparse.Namespace, defaults: dict) -> dict | None:
-    from .checkpoint import check_output_dir
-    from .run import _saved_run
-
-    if args.resume and args.force:
-        raise CommandError("--resume and --force contradict each other: continue the run in --out, or replace it, not both")
-    check_output_dir(args.out)
-    saved = _saved_run(args.out)
-    flags = {k: getattr(args, k) for k in RUN_FLAGS[args.command]}
-    if args.resume:
-        if saved is None:
-            raise CommandError(f"--resume: {args.out} holds no checkpoint to continue; run without --resume to start")
-        if saved.get("command") != args.command or "args" not in saved:
-            raise CommandError(f"--resume: the checkpoint in {args.out} was not written by `{args.command}`")
-        if saved["args"].get("lora_rank"):
-            raise CommandError(f"--resume: {args.out} holds a LoRA run's merged model, which cannot continue "
-                               f"training its adapters; start again with --force")
-        changed = {k: (v, saved["args"].get(k)) for k, v in flags.items() if v != defaults[k] and v != saved["args"].get(k)}
-        if changed:
-            text = ", ".join(f"--{k.replace('_', '-')}={v} (saved: {s})" for k, (v, s) in changed.items())
-            raise CommandError(f"--resume continues the saved run with its own settings, but {text}; drop those flags")
-        return saved
-    if saved is not None and not args.force:
-        raise CommandError(f"--out {args.out} already holds a run (step {saved.get('step_done', '?')}); pass --resume "
-                           f"to continue it, --force to replace it, or choose another --out")
-    return None
-
-
-def _load(path: str, device: str):
-    from .checkpoint import load_checkpoint
-    from .utils import get_device
-
-    ckpt = load_checkpoint(path, map_location=get_device(device))
-    if ckpt.tokenizer is None:
-        raise CommandError(f"checkpoint {path} has no tokenizer.json; post-training needs the model's tokenizer")
-    return ckpt
-
-
-def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
-    """Run ``sft``, ``dpo`` or ``grpo`` with parsed ``args``; returns the final metrics."""
+def cmd_post(args: argparse.Namespace) -> dict:
+    """Run ``sft``, ``dpo`` or ``grpo`` with parsed ``args`` (``args.given``: the flags the user
+    gave); returns the final metrics."""
     import copy
     import functools
 
@@ -122,15 +86,17 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
 
     from . import lora, posttrain
     from .checkpoint import load_checkpoint, save_checkpoint
-    from .run import _saved_run
     from .utils import set_seed
 
-    saved = _check_out(args, defaults)
+    saved = check_out(args, args.command, RUN_FLAGS[args.command])
+    if saved is not None and saved["args"].get("lora_rank"):
+        raise CommandError(f"--resume: {args.out} holds a LoRA run's merged model, which cannot continue "
+                           f"training its adapters; start again with --force")
     if saved is not None:
         for k, v in saved["args"].items():
             setattr(args, k, v)
     set_seed(args.seed)
-    ckpt = _load(args.checkpoint, args.device)
+    ckpt = load_run(args.checkpoint, args.device)
     model, tokenizer = ckpt.model, ckpt.tokenizer
     try:
         template = posttrain.ChatTemplate(tokenizer)
@@ -143,7 +109,7 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
         print(f"note: added the reserved symbols {template.symbols} to the tokenizer (new, untrained embedding rows)",
               file=sys.stderr)
     if args.command != "sft":
-        sft_run = _saved_run(args.checkpoint) or {}
+        sft_run = saved_run(args.checkpoint) or {}
         was = sft_run.get("args", {}).get("reversed_answers")
         if was is not None and was != args.reversed_answers:
             raise CommandError(f"{args.checkpoint} was trained with --reversed-answers={was}: pass "
@@ -173,7 +139,7 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
         start_step = resumed.step or saved.get("step_done", 0)
     before = {s: posttrain.evaluate(model, template, splits[s], verifier=verifier)["accuracy"] for s in ("test", "hard")}
     run_args = {k: getattr(args, k) for k in RUN_FLAGS[args.command]}
-    last = {"step": start_step if saved else None, "tokens": 0}
+    tokens = {"seen": 0}
 
     def save(step: int, complete: bool, metrics: dict | None = None) -> None:
         out_model = lora.merged_copy(model) if args.command == "sft" and args.lora_rank else model
@@ -181,67 +147,45 @@ def cmd_post(args: argparse.Namespace, defaults: dict) -> dict:
                         optimizer=None if args.command == "sft" and args.lora_rank else optimizer,
                         extra={"command": args.command, "args": run_args, "step_done": step, "complete": complete,
                                "metrics": metrics or {}})
-        last["step"] = step
 
-    stop = {"requested": False}
-
-    def on_sigint(signum, frame):
-        stop["requested"] = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        tqdm.write("Ctrl-C: stopping after this step and saving a checkpoint (press Ctrl-C again to abort "
-                   "without saving)", file=sys.stderr)
-
+    guard = RunGuard(args, args.command, args.steps, save, last_step=start_step if saved else None)
     bar = tqdm(total=args.steps, initial=start_step, disable=args.no_progress, desc=args.command, file=sys.stderr)
 
     def on_step(step: int, metrics: dict) -> None:
-        last["tokens"] += metrics.get("tokens", 0)
+        tokens["seen"] += metrics.get("tokens", 0)
         bar.update(1)
         bar.set_postfix({k: round(v, 4) for k, v in metrics.items() if k in ("loss", "margin", "reward", "kl")})
-        if stop["requested"]:
-            save(step, complete=False)
-            raise CommandError(f"interrupted: saved step {step}/{args.steps} to {args.out}; continue with: "
-                               f"python -m fundamentallm {args.command} --resume --out {args.out}", code=130)
-        if args.save_interval and step % args.save_interval == 0 and step < args.steps:
-            save(step, complete=False)
+        guard.after_step(step)
 
     common = dict(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed, optimizer=optimizer,
                   start_step=start_step, on_step=on_step)
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGINT)
-    if in_main_thread:
-        signal.signal(signal.SIGINT, on_sigint)
     start = time.perf_counter()
-    try:
-        if args.command == "sft":
-            posttrain.train_sft(model, template, splits["train"], mask_prompt=not args.no_mask, **common)
-        elif args.command == "dpo":
-            questions = [q for q, _ in splits["train"]][:args.questions]
-            pairs = posttrain.preference_pairs(reference, template, questions, args.samples, seed=args.seed,
-                                               verifier=verifier)
-            if not pairs:
-                raise CommandError("no question had both a right and a wrong sampled answer: nothing to prefer "
-                                   "(pass more --questions or --samples)")
-            posttrain.train_dpo(model, reference, template, pairs, beta=args.beta, **common)
-        else:
-            posttrain.train_grpo(model, reference, template, [q for q, _ in splits["train"]],
-                                 group_size=args.group_size, kl_coef=args.kl_coef, clip_eps=args.clip_eps,
-                                 inner_steps=args.inner_steps, temperature=args.temperature, reward_fn=verifier,
-                                 **common)
-    except FloatingPointError as err:
-        where = (f"the last good checkpoint is {args.out} (step {last['step']})" if last["step"] is not None
-                 else "no checkpoint was written before it")
-        raise CommandError(f"training diverged: {err}; {where}", code=1) from err
-    finally:
-        bar.close()
-        if in_main_thread:
-            signal.signal(signal.SIGINT, previous)
+    with guard:
+        try:
+            if args.command == "sft":
+                posttrain.train_sft(model, template, splits["train"], mask_prompt=not args.no_mask, **common)
+            elif args.command == "dpo":
+                questions = [q for q, _ in splits["train"]][:args.questions]
+                pairs = posttrain.preference_pairs(reference, template, questions, args.samples, seed=args.seed,
+                                                   verifier=verifier)
+                if not pairs:
+                    raise CommandError("no question had both a right and a wrong sampled answer: nothing to prefer "
+                                       "(pass more --questions or --samples)")
+                posttrain.train_dpo(model, reference, template, pairs, beta=args.beta, **common)
+            else:
+                posttrain.train_grpo(model, reference, template, [q for q, _ in splits["train"]],
+                                     group_size=args.group_size, kl_coef=args.kl_coef, clip_eps=args.clip_eps,
+                                     inner_steps=args.inner_steps, temperature=args.temperature, reward_fn=verifier,
+                                     **common)
+        finally:
+            bar.close()
     wall = time.perf_counter() - start
     after = {s: posttrain.evaluate(model, template, splits[s], verifier=verifier)["accuracy"] for s in ("test", "hard")}
     metrics = {"command": args.command, "checkpoint": args.checkpoint, "out": args.out, "steps": args.steps,
                "test_accuracy_before": before["test"], "hard_accuracy_before": before["hard"],
                "test_accuracy": after["test"], "hard_accuracy": after["hard"],
                "trainable_parameters": model.num_parameters(trainable_only=True),
-               "tokens_per_s": round(last["tokens"] / max(wall, 1e-9), 1), "time_s": round(wall, 2),
+               "tokens_per_s": round(tokens["seen"] / max(wall, 1e-9), 1), "time_s": round(wall, 2),
                "resumed_from": saved.get("step_done") if saved else None}
-    save(args.steps, complete=True, metrics=metrics)
+    guard.save(args.steps, complete=True, metrics=metrics)
     return metrics

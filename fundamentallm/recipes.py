@@ -101,6 +101,28 @@ RECIPES: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+def configs(name: str, vocab_size: int, model: dict | None = None,
+            train: dict | None = None) -> tuple[dict, dict]:
+    """Recipe ``name`` on the CPU budget's terms, plus overrides -> (``TransformerConfig``
+    keyword arguments, ``TrainConfig`` keyword arguments). The one assembler: ``train --recipe``
+    and ``benchmarks/train_budget.py`` both build their runs with it.
+
+    Later wins: the budget's terms, then the recipe, then ``model``/``train`` (an override always
+    wins, even one equal to the recipe's value). Unless ``train`` sets ``warmup_steps``, a run
+    shorter than the recipe's warmup warms up throughout (``min(warmup_steps, max_steps)``).
+    Example: ``configs("record", 105, train={"seed": 0})[1]["seed"] == 0``.
+    """
+    check_choice("recipe", name, RECIPES)
+    recipe, model, train = RECIPES[name], model or {}, train or {}
+    model_kwargs = {"vocab_size": vocab_size, "max_seq_len": BUDGET["block_size"], "dropout": 0.0,
+                    **recipe["model"], **model}
+    train_kwargs = {"max_steps": BUDGET["steps"], "batch_size": BUDGET["batch_size"], "seed": BUDGET["seed"],
+                    "eval_interval": 0, **recipe["train"], **train}
+    if "warmup_steps" not in train:
+        train_kwargs["warmup_steps"] = min(recipe["train"].get("warmup_steps", 0), train_kwargs["max_steps"])
+    return model_kwargs, train_kwargs
+
+
 def check_choice(name: str, value: Any, allowed) -> None:
     """Raise ``ValueError`` naming ``name``, ``value`` and the allowed values unless ``value`` is one."""
     if value not in allowed:

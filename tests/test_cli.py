@@ -93,3 +93,53 @@ def test_train_with_muon_and_bf16_is_saved_and_kept_on_resume(corpus, tmp_path, 
                  "--out", "fp16", *TINY]) == 2
     err = capsys.readouterr().err
     assert "mixed_precision='fp16' needs a CUDA device" in err and "Traceback" not in err
+
+
+def test_every_flag_the_user_gives_wins_over_the_recipe(corpus, tmp_path, capsys):
+    """A recipe sets the flags' defaults; a flag the user gives wins even where it equals the
+    built-in default (--batch-size 32, --seed 0, --optimizer adamw), and the flags left alone keep
+    the recipe's values: in the resolved configurations and in the run that trains."""
+    from fundamentallm import load_checkpoint
+    from fundamentallm.__main__ import parse_args
+    from fundamentallm.recipes import BUDGET, RECIPES
+    from fundamentallm.run import train_configs
+
+    flags = ["--recipe", "record", "--batch-size", "32", "--seed", "0", "--optimizer", "adamw"]
+    model, train = train_configs(parse_args(["train", *flags]), vocab_size=50)
+    assert (train["batch_size"], train["seed"], train["optimizer"]) == (32, 0, "adamw")
+    record = RECIPES["record"]
+    assert train["lr"] == record["train"]["lr"] and train["max_steps"] == BUDGET["steps"]
+    assert model == {"vocab_size": 50, "max_seq_len": BUDGET["block_size"], "dropout": 0.0, **record["model"]}
+    assert main(["train", "--corpus", corpus, *flags, "--steps", "1", "--no-compile", "--device", "cpu",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    ckpt = load_checkpoint(tmp_path / "runs" / "latest")
+    config = ckpt.trainer_state["config"]
+    assert (config["batch_size"], config["seed"], config["optimizer"], config["lr"]) == (32, 0, "adamw",
+                                                                                          record["train"]["lr"])
+    assert ckpt.extra["args"]["batch_size"] == 32 and ckpt.config.d_model == record["model"]["d_model"]
+
+
+def test_recipe_help_shows_the_defaults_it_applies():
+    """`train --recipe NAME --help` shows the recipe's values as the flags' defaults, and says that
+    a flag you give overrides them."""
+    from fundamentallm.__main__ import _build_parser, _recipe_in
+    from fundamentallm.recipes import RECIPES
+
+    assert _recipe_in(["train", "--corpus", "x", "--recipe", "ours"]) == "ours"
+    assert _recipe_in(["generate", "--recipe", "ours"]) is None
+    parser = _build_parser("ours")
+    train = next(a for a in parser._actions if a.dest == "command").choices["train"]
+    text = " ".join(train.format_help().split())
+    assert "--batch-size BATCH_SIZE sequences per step (default: 12)" in text
+    assert f"peak learning rate (default: {RECIPES['ours']['train']['lr']})" in text
+    assert "every flag you give overrides them" in text
+
+
+def test_resume_refuses_a_given_flag_even_when_it_equals_the_default(corpus, capsys):
+    """--resume tells a flag the user gave from one left alone by the command line, not by its
+    value: `--seed 0` (the default) against a run saved with seed 3 is refused."""
+    assert main(["train", "--corpus", corpus, *TINY, "--seed", "3"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", "--seed", "0", "--no-progress"]) == 2
+    assert "--seed=0 (saved: 3)" in capsys.readouterr().err

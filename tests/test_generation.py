@@ -9,6 +9,8 @@ import torch.nn.functional as F
 
 from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.generation import (
+    DecodingModel,
+    SamplingConfig,
     apply_temperature,
     generate,
     optimize_for_decoding,
@@ -374,6 +376,7 @@ def test_works_with_any_module_returning_logits():
 
     torch.manual_seed(0)
     m = Bigram()
+    assert isinstance(make_model(), DecodingModel) and not isinstance(m, DecodingModel)  # the cached path's protocol
     out = generate(m, torch.tensor([[1]]), 5, greedy=True)
     expected = [1]
     for _ in range(5):
@@ -531,3 +534,108 @@ def test_numpy_and_tensor_scalars_are_accepted():
     b = generate(model, prompt, torch.tensor(4), top_k=np.int32(5), temperature=np.float32(0.5),
                  generator=torch.Generator().manual_seed(0))
     assert a.shape == b.shape == (1, 7)
+
+
+# ------------------------------------------------------------------ ragged prompts (attention_mask)
+
+def left_pad(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of different lengths -> left-padded ids and their attention_mask, (B, T) each."""
+    T = max(len(p) for p in prompts)
+    ids, mask = torch.zeros(len(prompts), T, dtype=torch.long), torch.zeros(len(prompts), T, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, T - len(p):], mask[i, T - len(p):] = torch.tensor(p), 1
+    return ids, mask
+
+
+def logits_seen(monkeypatch) -> list[torch.Tensor]:
+    """Record the next-token logits of every decoding step (what the sampler receives)."""
+    import fundamentallm.generation as generation
+
+    seen, sample = [], generation._sample
+    monkeypatch.setattr(generation, "_sample", lambda logits, *a: seen.append(logits.clone()) or sample(logits, *a))
+    return seen
+
+
+@pytest.mark.parametrize("overrides", [dict(pos_encoding="rope", num_kv_heads=2),
+                                       dict(pos_encoding="learned", attn_impl="explicit")])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_ragged_prompts_in_one_batch_equal_each_prompt_alone(overrides, use_cache, monkeypatch):
+    """Left-padded prompts with their attention_mask decode as each prompt decodes alone: the
+    same greedy tokens and the same next-token logits at every step, through the cache's prefill
+    and decode steps and past max_seq_len (the sliding window)."""
+    model = make_model(**overrides)
+    prompts = [[1, 2, 3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    ids, mask = left_pad(prompts)
+    n = model.config.max_seq_len  # every row outgrows the context
+    seen = logits_seen(monkeypatch)
+    out = generate(model, ids, n, greedy=True, use_cache=use_cache, attention_mask=mask)
+    batch = torch.stack(seen, 1)  # (B, n, V)
+    assert out.shape == (3, ids.shape[1] + n) and torch.equal(out[:, :ids.shape[1]], ids)
+    for i, p in enumerate(prompts):
+        seen.clear()
+        alone = generate(model, torch.tensor(p), n, greedy=True, use_cache=use_cache)
+        assert out[i, ids.shape[1]:].tolist() == alone[len(p):].tolist()
+        torch.testing.assert_close(batch[i], torch.cat(seen, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_ragged_prompts_sample_with_stop_and_stream():
+    """A mask of ones changes nothing; stream takes the mask too; each row stops at its own
+    stop token."""
+    model = make_model()
+    ids, mask = left_pad([[1, 2, 3, 4], [5, 6]])
+    full = torch.randint(0, 37, (2, 4), generator=torch.Generator().manual_seed(0))
+    plain = generate(model, full, 6, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(generate(model, full, 6, generator=torch.Generator().manual_seed(1),
+                                attention_mask=torch.ones(2, 4, dtype=torch.long)), plain)
+    streamed = torch.stack(list(stream(model, ids, 6, greedy=True, attention_mask=mask)), 1)
+    out = generate(model, ids, 6, greedy=True, attention_mask=mask)
+    assert torch.equal(streamed, out[:, 4:])
+    stop = int(out[1, 4])  # row 1 stops at its first new token
+    stopped = generate(model, ids, 6, greedy=True, attention_mask=mask, stop=stop)
+    assert (stopped[1, 4:] == stop).all()
+
+
+@pytest.mark.parametrize("mask, overrides, error, message", [
+    (torch.ones(2, 4), {}, TypeError, "attention_mask must be an integer or bool"),
+    (torch.ones(2, 3, dtype=torch.long), {}, ValueError, r"attention_mask must have the prompts' shape \(B, T\) = \(2, 4\)"),
+    (torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]), {}, ValueError, "0 \\(padding\\) then 1 \\(tokens\\)"),
+    (torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1]]), {}, ValueError, "at least one token"),
+    (torch.tensor([[0, 2, 1, 1], [1, 1, 1, 1]]), {}, ValueError, "0 \\(padding\\) then 1 \\(tokens\\)"),
+    (torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]), dict(canon="attn", pos_encoding="rope"), ValueError, "canon layers"),
+])
+def test_bad_attention_masks_are_named(mask, overrides, error, message):
+    with pytest.raises(error, match=message):
+        generate(make_model(**overrides), torch.ones(2, 4, dtype=torch.long), 2, attention_mask=mask)
+
+
+def test_attention_mask_refuses_truncate():
+    with pytest.raises(ValueError, match="truncate=True cannot be combined with attention_mask"):
+        generate(make_model(), torch.ones(1, 30, dtype=torch.long), 1, truncate=True,
+                 attention_mask=torch.ones(1, 30, dtype=torch.long))
+
+
+def test_one_sampling_configuration_equals_the_separate_options():
+    """SamplingConfig carries temperature, top-k, top-p and greedy through the decoder, checked
+    once when made: it samples what the separate arguments sample, and cannot be mixed with them."""
+    model, ids = make_model(), torch.tensor([[1, 2, 3]])
+    config = SamplingConfig(temperature=0.7, top_k=5, top_p=0.9)
+    via_config = generate(model, ids, 8, sampling=config, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(via_config, generate(model, ids, 8, temperature=0.7, top_k=5, top_p=0.9,
+                                            generator=torch.Generator().manual_seed(0)))
+    streamed = list(stream(model, ids, 8, sampling=config, generator=torch.Generator().manual_seed(0)))
+    assert torch.equal(torch.stack(streamed, 1), via_config[:, 3:])
+    with pytest.raises(ValueError, match="either as sampling=SamplingConfig"):
+        generate(model, ids, 2, sampling=SamplingConfig(greedy=True), top_k=3)
+    with pytest.raises(TypeError, match="must be None or a SamplingConfig"):
+        generate(model, ids, 2, sampling={"top_k": 3})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(temperature=0.0), "temperature=0.0 must be > 0"),
+    (dict(top_k=0), "top_k=0 must be None or an integer >= 1"),
+    (dict(top_p=1.5), r"top_p=1.5 must be None or a number in \(0, 1\]"),
+    (dict(greedy="yes"), "greedy='yes' must be True or False"),
+])
+def test_a_bad_sampling_configuration_is_refused_when_made(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingConfig(**kwargs)

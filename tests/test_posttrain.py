@@ -10,6 +10,7 @@ written independently below with explicit loops, are the reference instead.
 
 from __future__ import annotations
 
+import copy
 import math
 import subprocess
 import sys
@@ -145,6 +146,34 @@ def test_same_seed_same_samples(setup):
     b = pt.sample_completions(model, [template.prompt("3+4")], 8, 6, template.end_id,
                               generator=torch.Generator().manual_seed(3))
     assert a == b
+
+
+def test_rollouts_draw_through_the_one_decoder(setup, monkeypatch):
+    """Rollouts are sampled by generation's sampler, which draws on the generator's own device
+    (generation._sample's guard): every draw gets the rollout's generator."""
+    import fundamentallm.generation as generation
+
+    _, _, template, model = setup
+    seen, sample = [], generation._sample
+    monkeypatch.setattr(generation, "_sample", lambda logits, sampling, gen: seen.append(gen) or
+                        sample(logits, sampling, gen))
+    gen = torch.Generator().manual_seed(0)
+    pt.sample_completions(model, [template.prompt("3+4"), template.prompt("12+3")], 4, 6, template.end_id,
+                          generator=gen)
+    assert seen and all(g is gen for g in seen)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_rollouts_of_a_cuda_model_with_a_cpu_generator(setup):
+    """dpo's and grpo's rollouts on a GPU: the chapters' CPU generator drives a CUDA model."""
+    _, _, template, model = setup
+    cuda = copy.deepcopy(model).cuda()
+    prompts = [template.prompt("3+4"), template.prompt("12+3")]
+    a = pt.sample_completions(cuda, prompts, 4, 6, template.end_id, generator=torch.Generator().manual_seed(0))
+    b = pt.sample_completions(cuda, prompts, 4, 6, template.end_id, generator=torch.Generator().manual_seed(0))
+    assert a == b and len(a) == 8
+    greedy = pt.sample_completions(cuda, prompts, 1, 6, template.end_id, greedy=True)
+    assert greedy == pt.sample_completions(model, prompts, 1, 6, template.end_id, greedy=True)
 
 
 def test_a_reward_function_that_raises_costs_that_sample_only(setup):

@@ -103,6 +103,7 @@ def test_ctrl_c_saves_and_resume_continues_bit_for_bit(base, capsys, monkeypatch
 @pytest.mark.parametrize("args,match", [
     (["grpo", "--group-size", "1"], "group_size=1"),
     (["dpo", "--beta", "0"], "--beta: 0 must be"),
+    (["grpo", "--kl-coef", "-1"], "argument --kl-coef: -1 must be a finite number >= 0"),  # before any work
     (["grpo", "--checkpoint", "{base}/base"], "lacks the chat template's reserved symbols"),
     (["sft", "--checkpoint", "{base}/missing"], "missing"),
     (["sft", "--resume"], "holds no checkpoint"),
