@@ -9,7 +9,10 @@ Issue 38's target: 30 students x 15 chapters in at most 10 minutes on 2 cores (`
 Run:  python benchmarks/grading.py [--students 30] [--jobs 2] [--chapters 02 03] [--timeout 60]
 Prints one line per status, the students' times, then one JSON line (the last line):
 ``{"students": N, "chapters": C, "exercises": E, "seconds": ..., "s_per_student": ...,
-"extrapolated_30x15_s": ..., "false_failures": [...], "jobs": J, "loadavg": [...], "sandbox": ...}``.
+"extrapolated_30x15_s": ..., "false_failures": [...], "jobs": J, "loadavg": [...], "loadavg_start": [...],
+"cpu_s": ..., "cpu_s_per_student": ..., "sandbox": ...}``. ``cpu_s`` is the CPU time of the grader and
+its workers: on a machine shared with other jobs the wall time grows with the load, the CPU time
+much less; divided by the cores (with ``--jobs`` = cores) it is what the class costs idle.
 The extrapolation to 30 x 15 scales the measured time by students and by exercises (it assumes
 the chapters not graded cost what the graded ones cost per exercise): run the full class to know.
 """
@@ -42,6 +45,14 @@ def honest_notebook(path: Path):
     return nb
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children (the sandboxed workers)."""
+    import resource
+
+    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, default=30)
@@ -71,11 +82,13 @@ def main(argv=None) -> int:
             folder.mkdir(parents=True)
             for name, nb in notebooks.items():
                 nbformat.write(nb, folder / name)
-        started = time.monotonic()
+        started, load_start = time.monotonic(), [round(x, 2) for x in os.getloadavg()]
+        cpu_start = _cpu_seconds()
         rows, details = grade(subs, Path(tmp) / "out" / "scores.csv", root=ROOT, timeout=args.timeout,
                               chapters=[c.path.name[:2] for c in chapters], jobs=args.jobs, seed=args.seed,
                               quiet=False)
         seconds = time.monotonic() - started
+        cpu = _cpu_seconds() - cpu_start
     counts: dict[str, int] = {}
     for r in details:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -91,7 +104,8 @@ def main(argv=None) -> int:
     print(json.dumps({"students": args.students, "chapters": len(chapters), "exercises": exercises,
                       "seconds": round(seconds, 1), "s_per_student": round(per_student, 1),
                       "extrapolated_30x15_s": round(extrapolated, 1), "false_failures": false, "jobs": args.jobs,
-                      "loadavg": [round(x, 2) for x in os.getloadavg()],
+                      "loadavg": [round(x, 2) for x in os.getloadavg()], "loadavg_start": load_start,
+                      "cpu_s": round(cpu, 1), "cpu_s_per_student": round(cpu / args.students, 1),
                       "sandbox": "bubblewrap" if sandbox.bwrap_path() else "none", "cpus": os.cpu_count()}))
     return 0
 

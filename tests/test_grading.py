@@ -1043,12 +1043,22 @@ def test_the_grader_reads_an_answer_in_place_and_refuses_one_too_large():
         os.close(w)
 
 
-def test_the_grading_benchmark_grades_an_honest_student_with_no_false_failure():
-    """benchmarks/grading.py on one chapter and one student (the full class is the lead's run)."""
+# Checks that hand the student's function an object (a config, a model, a function), which the
+# grader's wire does not carry: an honest answer is "needs review", never a mark (issue 39, item 3:
+# checks that hand students data only). Nothing else may fail for an honest student.
+OBJECT_CHECKS = {"ch13-ex6", "ch13-ex7", "ch14-ex4"}
+
+
+def test_the_grader_gives_the_books_own_answers_full_marks_in_every_chapter():
+    """benchmarks/grading.py with one honest student (the book's solutions as the answers) and every
+    chapter, through the sandboxed worker: every exercise passes, but the object-passing checks."""
     repo = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, str(repo / "benchmarks" / "grading.py"), "--students", "1", "--jobs", "1",
-                           "--chapters", "02", "--timeout", "120"], capture_output=True, text=True, timeout=900,
+                           "--timeout", "120"], capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "PYTHONPATH": str(repo)})
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["students"] == 1 and result["exercises"] > 0 and result["false_failures"] == []
+    assert result["students"] == 1 and result["exercises"] >= 80
+    unexpected = [f for f in result["false_failures"]
+                  if not (f.split(":")[0] in OBJECT_CHECKS and "the grader cannot run this check" in f)]
+    assert unexpected == [], unexpected
