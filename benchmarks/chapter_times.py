@@ -11,7 +11,7 @@ fails to execute (then 1).
 Run:  python benchmarks/chapter_times.py [--budget 60] [--device cpu] [--save PATH] [book/05_norms_residuals.ipynb ...]
 Prints one line per chapter, then one JSON line (the last line):
 ``{"seconds": {"book/01_why_attention.ipynb": 12.3, ...}, "total_s": ..., "cpu_seconds": {...},
-"total_cpu_s": ..., "over_budget": [...],
+"total_cpu_s": ..., "over_budget": [...] (by CPU time), "over_budget_wall": [...],
 "budget_s": 60, "loadavg": [...], "loadavg_start": [...], "cpu": ..., "date": ..., "device": ...,
 "torch": ..., "omp_num_threads": "1"}``. ``--save fundamentallm/results/chapter_times.json`` stores it
 (the figures README quotes, checked by ``tests/test_start.py``).
@@ -97,13 +97,17 @@ def main(argv: list[str] | None = None) -> int:
             failed[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
             print(f"{'FAILED':>8s}  {name}  {failed[name]}", flush=True)
             continue
-        verdict = "over budget" if seconds[name] > args.budget else "ok"
+        verdict = ("over budget" if cpu_seconds[name] > args.budget else
+                   "over budget by wall time (loaded?)" if seconds[name] > args.budget else "ok")
         print(f"{seconds[name]:7.1f} s  ({cpu_seconds[name]:5.1f} s CPU)  {name}  {verdict}", flush=True)
     import torch
 
     result = {"seconds": seconds, "total_s": round(sum(seconds.values()), 1),
               "cpu_seconds": cpu_seconds, "total_cpu_s": round(sum(cpu_seconds.values()), 1),
-              "over_budget": [n for n, s in seconds.items() if s > args.budget], "failed": failed,
+              # over the budget by CPU time (what the chapter costs on an idle machine with one
+              # thread), and by the wall time of this run (which a loaded machine inflates)
+              "over_budget": [n for n, s in cpu_seconds.items() if s > args.budget],
+              "over_budget_wall": [n for n, s in seconds.items() if s > args.budget], "failed": failed,
               "budget_s": args.budget, "loadavg": [round(x, 2) for x in os.getloadavg()],
               "loadavg_start": load_start, "cpu": cpu_model(), "cores": os.cpu_count(),
               "date": time.strftime("%Y-%m-%d", time.gmtime()),

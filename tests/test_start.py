@@ -443,7 +443,17 @@ def test_readme_figures_match_the_repository():
     browser = int(re.search(r"the (\d+) browser tests", README).group(1))
     assert browser == _collected("tests/test_browser.py")
     assert re.search(rf"skips {browser + 1} tests", README)  # and the one CUDA-only test
-    bench = (ROOT / "benchmarks" / "README.md").read_text()
-    m = re.search(r"executing the\s+(\d+) chapters of then took (\d+) s .*?the longest ([\d.]+) s", README, flags=re.S)
-    assert m and re.search(rf"{m.group(2)} s for the {m.group(1)} chapters, the longest {m.group(3)} s", bench)
+    # Chapter times: quoted from the stored run of benchmarks/chapter_times.py, which timed every
+    # notebook of the toc (the chapters and the records page).
+    times = json.loads((ROOT / "fundamentallm" / "results" / "chapter_times.json").read_text())
+    toc = re.findall(r"^\s*- file: (book/\w+)\s*$", (ROOT / "_toc.yml").read_text(), flags=re.M)
+    assert sorted(times["seconds"]) == sorted(f"{f}.ipynb" for f in toc if (ROOT / f"{f}.ipynb").exists())
+    text = " ".join(README.split())
+    assert f"on {times['date']}" in text and f"{times['cores']}-core {times['cpu']}" in text
+    assert f"{round(times['total_cpu_s'])} s of kernel CPU time" in text
+    assert f"{round(times['total_s'])} s of wall time" in text
+    longest = max(times["cpu_seconds"], key=times["cpu_seconds"].get)
+    assert f"the longest, {Path(longest).stem}, {times['cpu_seconds'][longest]} s of CPU" in text
+    for name in times["over_budget"]:  # a chapter over the budget is named, with its figure
+        assert f"{Path(name).stem} is over the {times['budget_s']:g} s budget" in text
     assert "then every chapter" not in README and "random order" in README
