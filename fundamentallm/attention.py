@@ -219,6 +219,10 @@ class MultiHeadAttention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, eps=norm_eps) if qk_norm else None
         self.rope = rope  # shared with the other layers of a model
 
+    # The explicit path's attention function. fundamentallm.hooks shadows it on one layer while a
+    # pattern hook is set (to read or replace the weights); otherwise nothing is added to the forward.
+    attend = staticmethod(scaled_dot_product_attention)
+
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, H·D) -> (B, H, T, D), for any number of heads H."""
         B, T, C = x.shape
@@ -304,7 +308,7 @@ class MultiHeadAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
             weights = None
         else:
-            y, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p, return_weights=True)
+            y, weights = self.attend(q, k, v, mask=mask, dropout_p=p, return_weights=True)
             weights = weights.view(B, self.num_heads, T, T_k)
         y = y.view(B, self.num_heads, T, self.head_dim)  # undo the stacking (a no-op without groups)
         y = self.out_proj(self.merge_heads(y))  # (B, T, C)

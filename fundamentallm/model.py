@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import hooks as _hooks
 from .attention import KVCache, MultiHeadAttention, padding_mask
 from .canon import CanonLayer
 from .config import TransformerConfig
@@ -334,6 +335,22 @@ class _Backbone(nn.Module):
         if kv_cache is not None:
             kv_cache.advance(ids.shape[1])
         return self.norm_f(x)
+
+    def hooks(self, fns: dict):
+        """``with model.hooks({name: fn}): ...`` -- run ``fn(activation, name)`` at the named point
+        of every forward inside the block; a returned tensor replaces the activation. Names (as
+        TransformerLens writes them) and costs: :mod:`fundamentallm.hooks`."""
+        return _hooks.hooks(self, fns)
+
+    def run_with_cache(self, input_ids: torch.Tensor, names=None, **forward_kwargs):
+        """``(logits, cache)``: one forward, with the activations named in ``names`` (None: all of
+        them) in ``cache`` (a dict, detached). ``forward_kwargs`` go to the forward (``kv_cache``,
+        ``attention_mask``, ...). See :mod:`fundamentallm.hooks`."""
+        return _hooks.run_with_cache(self, input_ids, names, **forward_kwargs)
+
+    def hook_names(self) -> list[str]:
+        """Every hook name of this model, in the order a forward pass reaches them."""
+        return _hooks.hook_names(self)
 
     def moe_aux_loss(self) -> torch.Tensor:
         """Mean load-balancing loss of the mixture-of-experts layers in the last forward (0 if none)."""

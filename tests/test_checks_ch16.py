@@ -1,0 +1,132 @@
+"""The chapter 16 exercise checks: they pass correct answers written in other ways than the book's
+and fail, with CheckFailed, a stub; the wrong answers each check rejects are the package's table
+(fundamentallm/checks/ch16.py, run by tests/test_catches.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from check_tables import table_tests
+
+from fundamentallm import Transformer, TransformerConfig, checks
+from fundamentallm.checks import CheckFailed
+
+# --- correct answers, written without the package's hooks where they can be ----------------------
+
+
+def previous_token_scores(pattern):
+    B, H, T, _ = pattern.shape
+    total = torch.zeros(H)
+    for t in range(1, T):
+        total += pattern[:, :, t, t - 1].sum(0)
+    return total / (B * (T - 1))
+
+
+def induction_scores(pattern, seg_len):
+    rows = torch.arange(2 * seg_len)[:, None]
+    cols = torch.arange(2 * seg_len)[None]
+    keep = (rows >= seg_len) & (cols == rows - seg_len + 1)  # (T, T): one entry per second-copy query
+    return (pattern * keep).sum((-1, -2)).mean(0) / seg_len
+
+
+def logit_lens(resid, norm_weight, norm_bias, unembed):
+    centred = resid - resid.mean(-1, keepdim=True)
+    normed = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-5)
+    return torch.einsum("...c,vc->...v", normed * norm_weight + norm_bias, unembed)
+
+
+def _model(config, weights):
+    model = Transformer(TransformerConfig(**config))
+    model.load_state_dict(weights)
+    return model.eval()
+
+
+def head_ablation_by_weights(config, weights, ids):
+    """Zero the value projection of the head (its z is then exactly 0), no hooks."""
+    model = _model(config, weights)
+    L, H, C = config["num_layers"], config["num_heads"], config["d_model"]
+    D = C // H
+
+    def loss(m):
+        with torch.no_grad():
+            logits, _ = m(ids[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()).item()
+
+    base = loss(model)
+    out = torch.zeros(L, H)
+    for layer in range(L):
+        for head in range(H):
+            ablated = copy.deepcopy(model)
+            rows = slice(2 * C + head * D, 2 * C + (head + 1) * D)  # v's rows of the fused qkv
+            with torch.no_grad():
+                ablated.blocks[layer].attn.qkv.weight[rows] = 0.0
+                ablated.blocks[layer].attn.qkv.bias[rows] = 0.0
+            out[layer, head] = loss(ablated) - base
+    return out
+
+
+def patch_activation_by_forward_hooks(config, weights, clean_ids, corrupt_ids, name, pos):
+    """The same patch with the package's hook names but torch's hooks written by hand."""
+    model = _model(config, weights)
+    _, index, point = name.split(".", 2)
+    block = model.blocks[int(index)]
+    H = config["num_heads"]
+    saved = {}
+
+    def grab(x):
+        return x.view(*x.shape[:2], H, -1) if point == "attn.hook_z" else x
+
+    def record(module, args, output=None):
+        saved["x"] = grab(args[0] if output is None else output).clone()
+
+    def replace(module, args, output=None):
+        x = args[0] if output is None else output
+        y = grab(x).clone()
+        y[:, pos] = saved["x"][:, pos]
+        y = y.reshape(x.shape)
+        return (y, *args[1:]) if output is None else y
+
+    if point == "hook_resid_pre":
+        module, pre = block, True
+    elif point == "attn.hook_z":
+        module, pre = block.attn.out_proj, True
+    else:
+        module, pre = block.attn, False
+    with torch.no_grad():
+        for fn, ids in ((record, clean_ids), (replace, corrupt_ids)):
+            handle = module.register_forward_pre_hook(fn) if pre else module.register_forward_hook(fn)
+            try:
+                logits, _ = model(ids)
+            finally:
+                handle.remove()
+    return logits
+
+
+CORRECT = {
+    "check_previous_token_scores": [previous_token_scores],
+    "check_induction_scores": [induction_scores],
+    "check_logit_lens": [logit_lens],
+    "check_head_ablation": [head_ablation_by_weights],
+    "check_patch_activation": [patch_activation_by_forward_hooks],
+}
+
+test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \
+    table_tests(CORRECT, {})
+
+
+def test_the_logit_lens_refuses_torchs_layer_norm():
+    def with_f_layer_norm(resid, norm_weight, norm_bias, unembed):
+        return F.layer_norm(resid, resid.shape[-1:], norm_weight, norm_bias, 1e-5) @ unembed.T
+
+    with pytest.raises(CheckFailed, match="not to use"):
+        checks.check_logit_lens(with_f_layer_norm)
+
+
+def test_nan_answers_fail():
+    with pytest.raises(CheckFailed, match="NaN"):
+        checks.check_induction_scores(lambda pattern, seg_len: torch.full((pattern.shape[1],), float("nan")))
+    with pytest.raises(CheckFailed, match="NaN"):
+        checks.check_logit_lens(lambda r, w, b, u: torch.full((*r.shape[:-1], u.shape[0]), float("inf")))
