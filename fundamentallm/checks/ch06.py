@@ -65,13 +65,12 @@ def check_pre_ln_block(pre_ln_block: Callable) -> str:
 
 
 @exercise_check(forbidden=("torch.autograd.grad", "torch.autograd.functional", "torch.Tensor.backward",
-                          "torch.func", "torch.autograd.forward_ad"))
+                          "torch.func", "torch.autograd.forward_ad"), by_hand=True)
 def check_rms_norm_jacobian(rms_norm_jacobian: Callable) -> str:
     """``rms_norm_jacobian(z, weight, eps=1e-5)`` -> the ``(C, C)`` Jacobian of RMSNorm,
     ``z / sqrt(mean(z^2) + eps) * weight``, at ``z`` (``(C,)``), derived by hand (no autograd);
     compared with autograd through a written-out RMSNorm, to float64 precision (an ordinary
-    finite difference is refused; the check cannot tell complex-step differentiation from a
-    derivation, so the derivation is what the instructor reads)."""
+    finite difference is refused, and so is complex arithmetic: ``by_hand``)."""
     cases = [(8, 0, 1.0, 1e-5), (5, 1, 10.0, 1e-5), (16, 2, 0.01, 1e-5), (3, 3, 1.0, 1e-5), (6, 4, 0.3, 0.5)]
     for C, seed, scale, eps in cases:  # (C, seed, scale of z, eps): a small scale and a large eps
         g = torch.Generator().manual_seed(660 + seed)
@@ -368,3 +367,11 @@ post_ln_at_lower_lr = "better"
 wrong_answer("check_post_ln_lr_prediction", "value", "an answer outside the three", """
 post_ln_at_lower_lr = "close"
 """, call="post_ln_at_lower_lr", message=r"choose one of")
+
+wrong_answer("check_rms_norm_jacobian", "method", "complex-step differentiation: RMSNorm evaluated at "
+             "z + i h e_j, column j read off the imaginary part (exact to rounding, not a derivation)", """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    f = lambda v: v / torch.sqrt((v * v).mean() + eps) * weight
+    zc, h = z.to(torch.complex128), 1e-30
+    return torch.stack([f(zc + 1j * h * e).imag / h for e in torch.eye(len(z), dtype=torch.float64)], 1)
+""", call="rms_norm_jacobian", message=r"complex-step differentiation")
