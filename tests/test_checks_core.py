@@ -160,6 +160,53 @@ def test_exercise_check_with_and_without_arguments():
         exercise_check(forbidden="torch.softmax")(lambda fn: None)
 
 
+def test_by_hand_refuses_complex_step_differentiation_in_every_spelling():
+    """``by_hand``: complex arithmetic in the student's code (torch, NumPy, Python numbers, cmath)
+    fails the check with the reason; a real derivation passes. (This file counts as the student's
+    code, so the demo check here computes in real numbers only.)"""
+    import cmath
+
+    import numpy as np
+
+    @exercise_check(by_hand=True)
+    def check_core_demo_by_hand(fn):
+        x = torch.linspace(-2, 2, 7, dtype=torch.float64)
+        checks.assert_same(torch.as_tensor(np.asarray(fn(x.numpy()), dtype=np.float64)), 3 * x ** 2, rtol=1e-12, atol=1e-12)
+
+    def torch_step(x):
+        z = torch.tensor(x).to(torch.complex128) + 1e-30j
+        return (z ** 3).imag.numpy() / 1e-30
+
+    def numpy_step(x):
+        z = x + 1e-30j
+        return (z ** 3).imag / 1e-30
+
+    def cmath_step(x):
+        return np.array([(cmath.exp(3 * cmath.log(t + 1e-30j))).imag / 1e-30 for t in x.tolist()])
+
+    def helper_step(x):
+        cube = lambda v: v ** 3
+        return np.array([cube(complex(t, 1e-30)).imag / 1e-30 for t in x.tolist()])
+
+    try:
+        assert checks.BY_HAND >= {"check_core_demo_by_hand"}
+        assert check_core_demo_by_hand(lambda x: 3 * x ** 2) is True
+        for fn in (torch_step, numpy_step, cmath_step, helper_step):
+            with pytest.raises(CheckFailed, match="complex-step differentiation"):
+                check_core_demo_by_hand(fn)
+    finally:
+        checks.CHECKS.pop("check_core_demo_by_hand", None)
+        FORBIDDEN.pop("check_core_demo_by_hand", None)
+        checks.BY_HAND.discard("check_core_demo_by_hand")
+
+
+def test_every_check_that_forbids_autograd_is_by_hand():
+    """A statement that forbids autograd asks for a derivation: its check refuses the complex step."""
+    for name, names in FORBIDDEN.items():
+        if any(n.startswith(("torch.autograd", "torch.Tensor.backward")) for n in names):
+            assert name in checks.BY_HAND, name
+
+
 def test_every_forbidden_name_resolves_and_is_documented_in_the_statement_or_the_package():
     for check, names in FORBIDDEN.items():
         for name in names:

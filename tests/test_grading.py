@@ -990,6 +990,32 @@ def test_the_dispatcher_records_a_forbidden_call_however_it_is_spelled(name):
 
 
 @needs_bwrap
+def test_the_worker_refuses_the_forbidden_method_complex_step_of_a_by_hand_check():
+    """A check cell that calls a ``by_hand`` check makes the worker refuse complex arithmetic (the
+    complex step), with or without forbidden names; a real answer still runs."""
+    assert grading._check_by_hand("checks.check_gelu_backward(gelu_backward, limits, extremes)")
+    assert not grading._check_by_hand("checks.check_softmax_rows(softmax_rows)")
+    worker = proxy.Worker(sandbox.Limits(), [])
+    try:
+        worker.budget = 120
+        for forbidden in ([], ["torch.autograd"]):
+            session = proxy.Session(worker, forbidden, True, by_hand=True)
+            code = "def cube_grad(x):\n    z = x.to(torch.complex128) + 1e-30j\n    return (z ** 3).imag / 1e-30\n"
+            reply, buffers = worker.request({"op": "load", "chapter": "11", "label": "ch11-ex5", "code": code,
+                                             "prelude": "import torch\n", "names": ["cube_grad"]})
+            fn = session._reply(reply, buffers, "answer")["cube_grad"]
+            with pytest.raises(CheckFailed, match="complex-step differentiation"):
+                fn(torch.linspace(-1, 1, 5, dtype=torch.float64))
+            honest = "def cube_grad(x):\n    return 3 * x ** 2\n"
+            reply, buffers = worker.request({"op": "load", "chapter": "11", "label": "ch11-ex5", "code": honest,
+                                             "prelude": "", "names": ["cube_grad"]})
+            fn = session._reply(reply, buffers, "answer")["cube_grad"]
+            assert torch.equal(fn(torch.ones(3, dtype=torch.float64)), torch.full((3,), 3.0, dtype=torch.float64))
+    finally:
+        worker.close()
+
+
+@needs_bwrap
 def test_a_child_process_and_the_checks_reference_are_out_of_reach():
     values = _in_worker("""
 import subprocess, sys

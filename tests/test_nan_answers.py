@@ -80,7 +80,7 @@ def test_the_three_checks_nan_once_passed():
     nan = float("nan")
     for check, answer in ((ch12.check_mlm_shares, lambda *a, **k: {"mask": nan, "random": nan, "unchanged": nan}),
                           (ch05.check_branch_scale, lambda L: nan),
-                          (ch06.check_ln_jacobian_prediction, {"J_ones": "zero", "J_zhat": "zero", "norm_ratio": nan})):
+                          (ch06.check_ln_jacobian_prediction, {"J_ones": "zero", "J_zhat": "zero", "J_norm": nan})):
         with strict(), pytest.raises(CheckFailed):
             check(answer)
 

@@ -30,6 +30,7 @@ from .core import (
     CHECKS,
     FORBIDDEN,
     SELF_CHECK,
+    BY_HAND,
     CheckFailed,
     NotAttempted,
     assert_same,
@@ -48,7 +49,7 @@ for _module in _CHAPTERS:
             globals()[_name] = getattr(_module, _name)
 del _module, _name
 
-__all__ = ["CHECKS", "FORBIDDEN", "SELF_CHECK", "WRONG_ANSWERS", "catches", "CheckFailed", "NotAttempted", "assert_same", "check_shape",
+__all__ = ["BY_HAND", "CHECKS", "FORBIDDEN", "SELF_CHECK", "WRONG_ANSWERS", "catches", "CheckFailed", "NotAttempted", "assert_same", "check_shape",
            "exercise_check", "rng", "strict"] + sorted(
     name for name in CHECKS
 )

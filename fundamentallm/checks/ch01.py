@@ -65,7 +65,7 @@ def _jordan_norm_reference(lam: float, c: float, k: int) -> float:
     return float(torch.linalg.matrix_norm(torch.linalg.matrix_power(W, k), ord=2))
 
 
-@exercise_check(forbidden=_NO_AUTOGRAD + _NO_LINALG)
+@exercise_check(forbidden=_NO_AUTOGRAD + _NO_LINALG, by_hand=True)
 def check_jordan_gradient_norm(jordan_gradient_norm: Callable) -> str:
     """``jordan_gradient_norm(lam, c, k)`` -> ``||W^k||_2`` for ``W = [[lam, c], [0, lam]]``, in
     closed form (no matrix power, norm or SVD routine, no autograd); compared with
@@ -97,9 +97,9 @@ def check_jordan_gradient_norm(jordan_gradient_norm: Callable) -> str:
     return f"||W^k||_2 in closed form on {len(cases)} fresh (lam, c, k), k up to 200,000"
 
 
-def _leaky_case(d_h: int, d_in: int, T: int, alpha: float, g: torch.Generator):
+def _leaky_case(d_h: int, d_in: int, T: int, alpha: float, g: torch.Generator, w_scale: float = 1.5):
     W_x, W_h, b = _rnn_params(d_in, d_h, g)
-    W_h = W_h * 1.5  # strong recurrence: the states spread over tanh's curved range
+    W_h = W_h * w_scale  # 1.5, a strong recurrence: the states spread over tanh's curved range
     xs = torch.randn(T, d_in, generator=g, dtype=torch.float64)  # (T, d_in)
     h0 = torch.randn(d_h, generator=g, dtype=torch.float64) * 0.5  # (d_h,)
 
@@ -115,7 +115,7 @@ def _leaky_case(d_h: int, d_in: int, T: int, alpha: float, g: torch.Generator):
     return hs, W_h, expected
 
 
-@exercise_check(forbidden=_NO_AUTOGRAD)
+@exercise_check(forbidden=_NO_AUTOGRAD, by_hand=True)
 def check_leaky_bptt_jacobian(leaky_bptt_jacobian: Callable) -> str:
     """``leaky_bptt_jacobian(hs, W_h, alpha)`` -> ``∂h_T/∂h_0`` of the leaky tanh RNN
     ``h_k = (1 - alpha) h_{k-1} + alpha tanh(W_h h_{k-1} + W_x x_k + b)`` from its states ``hs``
@@ -136,7 +136,23 @@ def check_leaky_bptt_jacobian(leaky_bptt_jacobian: Callable) -> str:
                               "dh_0/dh_0?")
         assert_same(got, expected, what=what + " (vs autograd; rethink one step's Jacobian: which "
                     "paths lead from h_(k-1) to h_k, and at which point is tanh's slope taken?)")
-    return f"matches autograd on {len(cases)} fresh sequences, alpha = 1 and T = 0 included"
+    # A Jacobian that vanishes (a weak recurrence, little leak, 16 steps): its entries are about
+    # 1e-13 while h_T's are O(1). The product of the step Jacobians stays exact to a few ulps
+    # relative to its own size; a difference quotient of h_T loses its digits to rounding (its
+    # error is about 1e-16 / step, far above the Jacobian itself at any usable step).
+    hs, W_h, expected = _leaky_case(3, 2, 16, 0.9, g, w_scale=0.05)
+    what = f"dh_T/dh_0 for d_h=3, T=16, alpha=0.9 and a weak recurrence (entries ~{expected.abs().max():.0e})"
+    got = leaky_bptt_jacobian(hs.clone(), W_h.clone(), 0.9)
+    check_shape(got, (3, 3), what=what)
+    got = torch.as_tensor(got).double()
+    rel = float((got - expected).abs().max() / expected.abs().max())
+    if not rel <= 1e-8:
+        raise CheckFailed(f"{what}: your matrix is off by {rel:.1e} relative to its largest entry. A product "
+                          f"of derived step Jacobians is exact to rounding however small it gets; a "
+                          f"difference quotient of h_T is not, once the Jacobian is far below h_T's "
+                          f"rounding error -- derive J_k and multiply")
+    return (f"matches autograd on {len(cases) + 1} fresh sequences, alpha = 1, T = 0 and a vanishing "
+            f"Jacobian included")
 
 
 def _saturated_case(a: float, k: int, s: float):
@@ -156,7 +172,7 @@ def _saturated_case(a: float, k: int, s: float):
     return bound, true
 
 
-@exercise_check(forbidden=_NO_AUTOGRAD + _NO_LINALG)
+@exercise_check(forbidden=_NO_AUTOGRAD + _NO_LINALG, by_hand=True)
 def check_bound_slack(bound_slack: Callable) -> str:
     """``bound_slack(a, k, s)`` -> the ratio of the step-by-step bound (eq. ch01-bound with each
     step's largest slope) to the true ``||∂h_k/∂h_0||_2`` at the fixed point ``(0, tanh s)`` of the
@@ -409,3 +425,31 @@ def bound_slack(a, k, s):
     J = jacobian(run, torch.tensor([0.0, c], dtype=torch.float64))
     return float(torch.linalg.matrix_norm(W, ord=2)) ** k / float(torch.linalg.matrix_norm(J, ord=2))
 """, call="bound_slack", message=r"jacobian|matrix_norm")
+
+wrong_answer("check_leaky_bptt_jacobian", "method", "central finite differences on the recurrence rebuilt "
+             "from the states (step 1e-6)", """
+def leaky_bptt_jacobian(hs, W_h, alpha):
+    d = W_h.shape[0]
+    c = torch.atanh((hs[1:] - (1 - alpha) * hs[:-1]) / alpha) - hs[:-1] @ W_h.T  # W_x x_k + b
+    def run(h):
+        for c_k in c:
+            h = (1 - alpha) * h + alpha * torch.tanh(W_h @ h + c_k)
+        return h
+    eps = 1e-6
+    cols = [(run(hs[0] + eps * e) - run(hs[0] - eps * e)) / (2 * eps) for e in torch.eye(d, dtype=hs.dtype)]
+    return torch.stack(cols, 1)
+""", call="leaky_bptt_jacobian", message=r"difference quotient")
+wrong_answer("check_leaky_bptt_jacobian", "method", "a five-point finite-difference stencil (step 1e-2) on "
+             "the rebuilt recurrence", """
+def leaky_bptt_jacobian(hs, W_h, alpha):
+    d = W_h.shape[0]
+    c = torch.atanh((hs[1:] - (1 - alpha) * hs[:-1]) / alpha) - hs[:-1] @ W_h.T
+    def run(h):
+        for c_k in c:
+            h = (1 - alpha) * h + alpha * torch.tanh(W_h @ h + c_k)
+        return h
+    s = 1e-2
+    cols = [(-run(hs[0] + 2 * s * e) + 8 * run(hs[0] + s * e) - 8 * run(hs[0] - s * e) + run(hs[0] - 2 * s * e))
+            / (12 * s) for e in torch.eye(d, dtype=hs.dtype)]
+    return torch.stack(cols, 1)
+""", call="leaky_bptt_jacobian", message=r"difference quotient")

@@ -13,6 +13,8 @@ from .core import (
     assert_same,
     check_shape,
     exercise_check,
+    finite_number,
+    rng,
 )
 from .wrong import wrong_answer
 
@@ -114,7 +116,8 @@ def _rope_rotation(position: float, D: int, base: float) -> torch.Tensor:
     return R
 
 
-@exercise_check(forbidden=("fundamentallm.positions.RotaryEmbedding.forward",))
+@exercise_check(forbidden=("fundamentallm.positions.RotaryEmbedding.forward", "fundamentallm.positions.rotate_half",
+                           "fundamentallm.positions.rotate_interleaved"))
 def check_rope_score_matrix(rope_score_matrix: Callable) -> str:
     """``rope_score_matrix(offset, D, base=10000.0)`` -> the ``(D, D)`` matrix ``M`` with
     ``rope(q, m) . rope(k, n) = q @ M @ k`` whenever ``m - n = offset`` (half convention)."""
@@ -141,36 +144,55 @@ def check_rope_score_matrix(rope_score_matrix: Callable) -> str:
     return "the score depends on the positions only through m - n"
 
 
-@exercise_check
-def check_count_slow_pairs(count_slow_pairs: Callable) -> str:
-    """``count_slow_pairs(D, base, context)`` -> how many of the ``D/2`` RoPE pairs turn by less than
-    one full turn (2 pi) between positions 0 and ``context``."""
+def _ch04_slow_count(D: int, base: float, context: float) -> int:
+    """How many of the D/2 RoPE pairs turn by less than one full turn over ``context`` positions."""
     import math
 
-    g = torch.Generator().manual_seed(46)
-    cases = [(64, 10000.0, 4096), (128, 10000.0, 2048), (64, 500000.0, 8192), (16, 100.0, 10)]
-    cases += [(int(2 * torch.randint(2, 64, (1,), generator=g)), float(10 ** torch.randint(2, 7, (1,), generator=g)),
-               int(torch.randint(8, 100000, (1,), generator=g))) for _ in range(3)]
-    for D, base, context in cases:
-        theta = [base ** (-2 * i / D) for i in range(D // 2)]
-        expected = sum(context * t < 2 * math.pi for t in theta)
-        got = count_slow_pairs(D, base, context)
-        what = f"count_slow_pairs(D={D}, base={base:g}, context={context})"
-        if isinstance(got, bool) or not isinstance(got, (int, torch.Tensor)) or int(got) != got:
-            raise CheckFailed(f"{what}: return an int, got {got!r}")
-        got = int(got)
-        if got != expected:
-            if got == D // 2 - expected:
-                raise CheckFailed(f"{what}: {got} is the number of pairs that DO complete a turn; "
-                                  "the question asks for the others")
-            first = next((i for i, t in enumerate(theta) if context * t < 2 * math.pi), D // 2)
-            if got == first:
-                raise CheckFailed(f"{what}: {got} is the index of the first slow pair; count the "
-                                  "pairs from it to the last, D/2 - 1")
-            raise CheckFailed(f"{what}: {got} is not the number of slow pairs; how many radians does "
-                              "pair i turn between positions 0 and context, and for which i is that "
-                              "less than one turn?")
-    return "the slow pairs are the last ones: their frequencies base^(-2i/D) are the smallest"
+    return sum(context * base ** (-2 * i / D) < 2 * math.pi for i in range(D // 2))
+
+
+@exercise_check
+def check_base_for_slow_pairs(base_for_slow_pairs: Callable) -> str:
+    """``base_for_slow_pairs(D, context, n_slow)`` -> the threshold RoPE base b* (half convention,
+    theta_i = b^(-2i/D)): above it at least ``n_slow`` of the ``D/2`` pairs turn by less than one
+    full turn (2 pi) between positions 0 and ``context``, below it fewer do. Compared to a relative
+    1e-9 on fresh settings (an inequality solved exactly, not a search); ``n_slow = D/2`` must raise
+    a ValueError naming ``n_slow``."""
+    import math
+
+    g = rng(46)
+    cases = [(64, 4096, 9), (16, 512, 3), (128, 32768, 40)]
+    while len(cases) < 9:
+        D = int(8 * torch.randint(2, 17, (1,), generator=g))  # 16 .. 128
+        context = int(torch.randint(100, 10 ** 6, (1,), generator=g))
+        n_slow = int(torch.randint(1, D // 2, (1,), generator=g))
+        if D / (D - 2 * n_slow) * math.log10(context / (2 * math.pi)) < 250:  # b* fits a float64
+            cases.append((D, context, n_slow))
+    for D, context, n_slow in cases:
+        what = f"base_for_slow_pairs(D={D}, context={context}, n_slow={n_slow})"
+        got = finite_number(base_for_slow_pairs(D, context, n_slow), what)
+        expected = (context / (2 * math.pi)) ** (D / (D - 2 * n_slow))
+        if got > 0 and abs(math.log(got / expected)) <= 1e-9:
+            continue
+        if not got > 1:
+            raise CheckFailed(f"{what}: {got!r} is no RoPE base; theta_i = base^(-2i/D) slows down "
+                              f"with i only for a base above 1")
+        above = _ch04_slow_count(D, got * (1 + 1e-7), context)
+        if abs(got / expected - 1) <= 1e-3:
+            raise CheckFailed(f"{what}: close to the threshold (relative error {abs(got / expected - 1):.1e}) "
+                              f"but not on it: solve the inequality for the base exactly instead of "
+                              f"searching for it")
+        if above != n_slow:
+            raise CheckFailed(f"{what}: with a base just above yours, {above} of the {D // 2} pairs turn by "
+                              f"less than one turn, not {n_slow}: which pairs are the slow ones, and "
+                              f"which one is the last to become slow as the base grows?")
+        raise CheckFailed(f"{what}: a base just below yours still makes {n_slow} pairs slow, so yours "
+                          f"is not the threshold: where does the pair that becomes slow last turn "
+                          f"exactly once?")
+    _expect_value_error(lambda: base_for_slow_pairs(16, 4096, 8), "base_for_slow_pairs(D=16, context=4096, "
+                        "n_slow=8), every pair slow (pair 0 turns by context radians at any base)", "n_slow")
+    return (f"{len(cases)} settings, D from 16 to 128 and contexts up to a million positions, and "
+            f"n_slow = D/2 refused")
 
 
 def _rope_scores(x: torch.Tensor, weight: torch.Tensor, H: int, rope) -> torch.Tensor:
@@ -295,22 +317,51 @@ def rotate_half(x):
     return turn(x)
 """, call="rotate_half", message=r"asks you not to use")
 
-wrong_answer("check_count_slow_pairs", "mistake", "counts the pairs that DO complete a turn", """
-def count_slow_pairs(D, base, context):
-    return sum(context * base ** (-2 * i / D) >= 2 * math.pi for i in range(D // 2))
-""", call="count_slow_pairs", message=r"DO complete a turn")
-wrong_answer("check_count_slow_pairs", "mistake", "returns the index of the first slow pair", """
-def count_slow_pairs(D, base, context):
-    return next((i for i in range(D // 2) if context * base ** (-2 * i / D) < 2 * math.pi), D // 2)
-""", call="count_slow_pairs", message=r"index of the first slow pair|DO complete a turn")
-wrong_answer("check_count_slow_pairs", "mistake", "compares with 1 radian, not one turn", """
-def count_slow_pairs(D, base, context):
-    return sum(context * base ** (-2 * i / D) < 1 for i in range(D // 2))
-""", call="count_slow_pairs", message=r"less than one turn")
-wrong_answer("check_count_slow_pairs", "edge", "the continuous boundary, not a count (a float)", """
-def count_slow_pairs(D, base, context):
-    return D / 2 - D / 2 * math.log(context / (2 * math.pi)) / math.log(base)
-""", call="count_slow_pairs", message=r"return an int")
+_BASE = """
+def _check_n(D, n_slow):
+    if not 1 <= n_slow < D // 2:
+        raise ValueError(f"n_slow={n_slow} must be between 1 and D/2 - 1 = {D // 2 - 1}")
+"""
+wrong_answer("check_base_for_slow_pairs", "mistake", "off by one pair: makes pair D/2 - n_slow + 1 turn "
+             "exactly once (one slow pair short)", _BASE + """
+def base_for_slow_pairs(D, context, n_slow):
+    _check_n(D, n_slow)
+    return (context / (2 * math.pi)) ** (D / (D - 2 * n_slow + 2))
+""", call="base_for_slow_pairs", message=r"which one is the last to become slow")
+wrong_answer("check_base_for_slow_pairs", "mistake", "theta_i = base^(-i/D): the 2 of the exponent lost", _BASE + """
+def base_for_slow_pairs(D, context, n_slow):
+    _check_n(D, n_slow)
+    return (context / (2 * math.pi)) ** (D / (D // 2 - n_slow))
+""", call="base_for_slow_pairs", message=r"pairs turn by\s+less than one turn|is not the threshold")
+wrong_answer("check_base_for_slow_pairs", "mistake", "one radian instead of one full turn", _BASE + """
+def base_for_slow_pairs(D, context, n_slow):
+    _check_n(D, n_slow)
+    return context ** (D / (D - 2 * n_slow))
+""", call="base_for_slow_pairs", message=r"is not the threshold|pairs turn by")
+wrong_answer("check_base_for_slow_pairs", "method", "bisection on the count of slow pairs, stopped at a "
+             "relative 1e-6 (a search, not the inequality solved)", _BASE + """
+def base_for_slow_pairs(D, context, n_slow):
+    _check_n(D, n_slow)
+    count = lambda b: sum(context * b ** (-2 * i / D) < 2 * math.pi for i in range(D // 2))
+    lo, hi = 1.0, 10.0
+    while count(hi) < n_slow:
+        hi *= 10
+    while hi / lo - 1 > 1e-6:
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if count(mid) < n_slow else (lo, mid)
+    return hi
+""", call="base_for_slow_pairs", message=r"instead of\s+searching")
+wrong_answer("check_base_for_slow_pairs", "edge", "no ValueError when every pair must be slow: returns "
+             "infinity", """
+def base_for_slow_pairs(D, context, n_slow):
+    if n_slow >= D // 2:
+        return float("inf")
+    return (context / (2 * math.pi)) ** (D / (D - 2 * n_slow))
+""", call="base_for_slow_pairs", message=r"should raise ValueError")
+wrong_answer("check_base_for_slow_pairs", "value", "NaN", """
+def base_for_slow_pairs(D, context, n_slow):
+    return float("nan")
+""", call="base_for_slow_pairs", message=r"finite number")
 
 wrong_answer("check_alibi_mean_distance", "mistake", "1/m_h, the reach of an unbounded context", """
 def alibi_mean_distance(num_heads, T):

@@ -128,7 +128,7 @@ def _ch05_not_approximate(got: torch.Tensor, expected: torch.Tensor, what: str,
 
 
 @exercise_check(forbidden=("torch.autograd.grad", "torch.Tensor.backward", "torch.func",
-                           "torch.autograd.forward_ad", "torch.autograd.functional"))
+                           "torch.autograd.forward_ad", "torch.autograd.functional"), by_hand=True)
 def check_batch_norm_backward(batch_norm_backward: Callable) -> str:
     """``batch_norm_backward(x, gamma, dy, eps=1e-5)`` -> ``(dx, dgamma, dbeta)`` for training-mode
     BatchNorm of ``x`` (N, C) with batch statistics (biased variance), given the upstream gradient
@@ -461,3 +461,21 @@ growth_prediction = {"with_norm": "sqrt", "without_norm": "linear"}
 wrong_answer("check_norm_ablation_prediction", "value", "a missing key", """
 growth_prediction = {"with_norm": "sqrt"}
 """, call="growth_prediction", message=r"needs exactly the keys")
+
+wrong_answer("check_batch_norm_backward", "method", "complex-step differentiation: the loss evaluated at "
+             "x + i h e_k, dx read off the imaginary part (exact to rounding, not a derivation)", """
+def batch_norm_backward(x, gamma, dy, eps=1e-5):
+    def loss(xc):
+        mu = xc.mean(0)
+        var = ((xc - mu) ** 2).mean(0)
+        return ((xc - mu) / torch.sqrt(var + eps) * gamma * dy).sum()
+    h = 1e-30
+    dx = torch.zeros_like(x)
+    for n in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            step = torch.zeros(x.shape, dtype=torch.complex128)
+            step[n, c] = 1j * h
+            dx[n, c] = loss(x.to(torch.complex128) + step).imag / h
+    xhat = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + eps)
+    return dx, (dy * xhat).sum(0), dy.sum(0)
+""", call="batch_norm_backward", message=r"complex-step differentiation")

@@ -65,13 +65,12 @@ def check_pre_ln_block(pre_ln_block: Callable) -> str:
 
 
 @exercise_check(forbidden=("torch.autograd.grad", "torch.autograd.functional", "torch.Tensor.backward",
-                          "torch.func", "torch.autograd.forward_ad"))
+                          "torch.func", "torch.autograd.forward_ad"), by_hand=True)
 def check_rms_norm_jacobian(rms_norm_jacobian: Callable) -> str:
     """``rms_norm_jacobian(z, weight, eps=1e-5)`` -> the ``(C, C)`` Jacobian of RMSNorm,
     ``z / sqrt(mean(z^2) + eps) * weight``, at ``z`` (``(C,)``), derived by hand (no autograd);
     compared with autograd through a written-out RMSNorm, to float64 precision (an ordinary
-    finite difference is refused; the check cannot tell complex-step differentiation from a
-    derivation, so the derivation is what the instructor reads)."""
+    finite difference is refused, and so is complex arithmetic: ``by_hand``)."""
     cases = [(8, 0, 1.0, 1e-5), (5, 1, 10.0, 1e-5), (16, 2, 0.01, 1e-5), (3, 3, 1.0, 1e-5), (6, 4, 0.3, 0.5)]
     for C, seed, scale, eps in cases:  # (C, seed, scale of z, eps): a small scale and a large eps
         g = torch.Generator().manual_seed(660 + seed)
@@ -146,16 +145,17 @@ def check_sandwich_block(sandwich_block: Callable) -> str:
 
 @exercise_check(may_return_none=True)
 def check_ln_jacobian_prediction(ln_jacobian_prediction) -> str:
-    """``ln_jacobian_prediction``: ``{"J_ones": ..., "J_zhat": ..., "norm_ratio": ...}``: what the
+    """``ln_jacobian_prediction``: ``{"J_ones": ..., "J_zhat": ..., "J_norm": ...}``: what the
     LayerNorm Jacobian does to the all-ones vector and to the normalized input (``"zero"``,
-    ``"same direction"`` or ``"other"``), and ``||J(10 z)||_2 / ||J(z)||_2`` (a number)."""
+    ``"same direction"`` or ``"other"``), and its spectral norm ``||J||_2`` at
+    ``z = (1, 2, ..., 8)`` with ``gamma = 1`` and ``eps = 1e-5`` (a number, within 2%)."""
     from .predict import answer_given
 
     directions = ("zero", "same direction", "other")
     answer = answer_given(ln_jacobian_prediction, "ln_jacobian_prediction",
-                          "a dict with the keys ['J_ones', 'J_zhat', 'norm_ratio']")
-    if not isinstance(answer, dict) or set(answer) != {"J_ones", "J_zhat", "norm_ratio"}:
-        raise CheckFailed("ln_jacobian_prediction needs exactly the keys ['J_ones', 'J_zhat', 'norm_ratio']")
+                          "a dict with the keys ['J_ones', 'J_zhat', 'J_norm']")
+    if not isinstance(answer, dict) or set(answer) != {"J_ones", "J_zhat", "J_norm"}:
+        raise CheckFailed("ln_jacobian_prediction needs exactly the keys ['J_ones', 'J_zhat', 'J_norm']")
     for key in ("J_ones", "J_zhat"):
         if answer[key] not in directions:
             raise CheckFailed(f"ln_jacobian_prediction[{key!r}] = {answer[key]!r}; choose one of {list(directions)}")
@@ -165,16 +165,23 @@ def check_ln_jacobian_prediction(ln_jacobian_prediction) -> str:
     if answer["J_zhat"] != "zero":
         raise CheckFailed("J_zhat: rethink what moving z along z_hat does to the centred vector z - mu, "
                           "and what LayerNorm's division by sigma does to that change")
-    ratio = finite_number(answer["norm_ratio"], "norm_ratio")
-    z = torch.randn(16, generator=torch.Generator().manual_seed(66), dtype=torch.float64)
-    ln = lambda v: torch.nn.functional.layer_norm(v, (16,), eps=1e-5)  # noqa: E731
-    true = float(torch.linalg.matrix_norm(torch.autograd.functional.jacobian(ln, 10 * z), ord=2)
-                 / torch.linalg.matrix_norm(torch.autograd.functional.jacobian(ln, z), ord=2))
-    if not is_close_number(ratio, true, rtol=0.02):
-        hint = " (the output does not change, but how fast it changes does)" if abs(ratio - 1) < 1e-9 else ""
-        raise CheckFailed(f"norm_ratio = {ratio:.3g}: which factor of eq. ch06-ln-jacobian depends on the "
-                          f"scale of z, and how?{hint}")
-    return "J removes the directions 1 and z_hat and divides by sigma: 10 times the input, a tenth of the gradient"
+    norm = finite_number(answer["J_norm"], "J_norm")
+    z = torch.arange(1, 9, dtype=torch.float64)
+    ln = lambda v: torch.nn.functional.layer_norm(v, (8,), eps=1e-5)  # noqa: E731
+    J = torch.autograd.functional.jacobian(ln, z)
+    true = float(torch.linalg.matrix_norm(J, ord=2))
+    if not is_close_number(norm, true, rtol=0.02):
+        frobenius = float(torch.linalg.matrix_norm(J))
+        if is_close_number(norm, frobenius, rtol=0.02):
+            hint = ("that is the Frobenius norm, the root of the sum of all squared entries; the "
+                    "spectral norm is the largest factor by which J stretches one vector")
+        else:
+            hint = ("which factor of eq. ch06-ln-jacobian scales every output, with which variance "
+                    "(over the channels, biased, with eps), and by how much at most can the bracket "
+                    "stretch a vector -- what kind of matrix is it?")
+        raise CheckFailed(f"J_norm = {norm:.4g}: {hint}")
+    return ("J removes the directions 1 and z_hat; the bracket is a projection, so ||J||_2 = 1/sigma(z): "
+            "ten times the input, a tenth of the gradient")
 
 
 @exercise_check(may_return_none=True, self_check=True)
@@ -344,20 +351,23 @@ def deepnorm_block(x, config, weights, alpha):
 """, call="deepnorm_block", message=r"elements differ")
 
 wrong_answer("check_ln_jacobian_prediction", "mistake", "J 1 in the same direction", """
-ln_jacobian_prediction = {"J_ones": "same direction", "J_zhat": "zero", "norm_ratio": 0.1}
+ln_jacobian_prediction = {"J_ones": "same direction", "J_zhat": "zero", "J_norm": 0.4364}
 """, call="ln_jacobian_prediction", message=r"J_ones: rethink")
 wrong_answer("check_ln_jacobian_prediction", "mistake", "J z_hat in another direction", """
-ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "other", "norm_ratio": 0.1}
+ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "other", "J_norm": 0.4364}
 """, call="ln_jacobian_prediction", message=r"J_zhat: rethink")
-wrong_answer("check_ln_jacobian_prediction", "mistake", "the norm is unchanged (the output is)", """
-ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "zero", "norm_ratio": 1.0}
-""", call="ln_jacobian_prediction", message=r"how fast it changes")
-wrong_answer("check_ln_jacobian_prediction", "mistake", "ten times larger", """
-ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "zero", "norm_ratio": 10}
-""", call="ln_jacobian_prediction", message=r"scale of z")
-wrong_answer("check_ln_jacobian_prediction", "value", "NaN for the ratio", """
-ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "zero", "norm_ratio": float("nan")}
-""", call="ln_jacobian_prediction", message=r"norm_ratio (= nan|is nan)")
+wrong_answer("check_ln_jacobian_prediction", "mistake", "the Frobenius norm sqrt(C - 2)/sigma, not the spectral norm", """
+ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "zero", "J_norm": 6 ** 0.5 / 5.25 ** 0.5}
+""", call="ln_jacobian_prediction", message=r"Frobenius")
+wrong_answer("check_ln_jacobian_prediction", "mistake", "the unbiased variance (over C - 1) in sigma", """
+ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "zero", "J_norm": 1 / 6 ** 0.5}
+""", call="ln_jacobian_prediction", message=r"which variance")
+wrong_answer("check_ln_jacobian_prediction", "mistake", "the bracket alone: norm 1, the division by sigma forgotten", """
+ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "zero", "J_norm": 1.0}
+""", call="ln_jacobian_prediction", message=r"scales every output")
+wrong_answer("check_ln_jacobian_prediction", "value", "NaN for the norm", """
+ln_jacobian_prediction = {"J_ones": "zero", "J_zhat": "zero", "J_norm": float("nan")}
+""", call="ln_jacobian_prediction", message=r"J_norm (= nan|is nan)")
 
 wrong_answer("check_post_ln_lr_prediction", "mistake", "it still plateaus", """
 post_ln_at_lower_lr = "plateau"
@@ -368,3 +378,11 @@ post_ln_at_lower_lr = "better"
 wrong_answer("check_post_ln_lr_prediction", "value", "an answer outside the three", """
 post_ln_at_lower_lr = "close"
 """, call="post_ln_at_lower_lr", message=r"choose one of")
+
+wrong_answer("check_rms_norm_jacobian", "method", "complex-step differentiation: RMSNorm evaluated at "
+             "z + i h e_j, column j read off the imaginary part (exact to rounding, not a derivation)", """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    f = lambda v: v / torch.sqrt((v * v).mean() + eps) * weight
+    zc, h = z.to(torch.complex128), 1e-30
+    return torch.stack([f(zc + 1j * h * e).imag / h for e in torch.eye(len(z), dtype=torch.float64)], 1)
+""", call="rms_norm_jacobian", message=r"complex-step differentiation")

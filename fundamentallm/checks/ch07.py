@@ -29,7 +29,7 @@ def _ch07_ffn_grads(x, w_up, b_up, w_down, b_down, grad_out) -> dict:
 @exercise_check(forbidden=("torch.autograd.backward", "torch.autograd.grad", "torch.func",
                            # the operators first: the aliases of a later name take its label
                            "torch.ops.aten.gelu", "torch.ops.aten.gelu_backward", "torch.nn.functional.gelu",
-                           "fundamentallm.feedforward.FeedForward.forward"))
+                           "fundamentallm.feedforward.FeedForward.forward"), by_hand=True)
 def check_feed_forward_backward(feed_forward_backward: Callable) -> str:
     """``feed_forward_backward(x, w_up, b_up, w_down, b_down, grad_out)`` -> ``{"x", "w_up", "b_up",
     "w_down", "b_down"}``: the gradients of ``sum(grad_out * ffn(x))`` for GPT-2's FFN (tanh GELU,

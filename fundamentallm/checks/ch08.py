@@ -98,46 +98,56 @@ def check_make_windows(make_windows: Callable) -> str:
     return f"correct on {len(cases)} cases, strides that do and do not divide the stream"
 
 
-def _ch08_target_counts_reference(n: int, block_size: int) -> torch.Tensor:
+def _ch08_target_counts_reference(n: int, block_size: int, stride: int = 1) -> torch.Tensor:
     counts = torch.zeros(n, dtype=torch.long)
-    for i in range(n - block_size):  # window i predicts ids[i + 1 : i + block_size + 1]
-        counts[i + 1:i + block_size + 1] += 1
+    for s in range(0, n - block_size, stride):  # window s predicts ids[s + 1 : s + block_size + 1]
+        counts[s + 1:s + block_size + 1] += 1
     return counts
 
 
 @exercise_check
 def check_target_counts(target_counts: Callable, predicted_counts: Any) -> str:
-    """``predicted_counts`` (the prediction for n = 10, T = 3, a list of 10 ints) and
-    ``target_counts(n, block_size)`` -> ``(n,)`` int tensor: in how many of the ``n - block_size``
-    windows of eq. (ch08-windows) token ``j`` of the stream is a target."""
-    require_prediction(predicted_counts, "predicted_counts", "10 ints, one per token, for n = 10 and T = 3")
+    """``predicted_counts`` (the prediction for n = 10, T = 3, stride 2: a list of 10 ints) and
+    ``target_counts(n, block_size, stride)`` -> ``(n,)`` int tensor: in how many of the windows of
+    exercise 4 (starts 0, stride, 2 stride, ... while the window has all its targets) token ``j``
+    of the stream is a target."""
+    require_prediction(predicted_counts, "predicted_counts", "10 ints, one per token, for n = 10, T = 3, stride 2")
     predicted = int_list(predicted_counts, "predicted_counts")
-    truth = _ch08_target_counts_reference(10, 3).tolist()
+    truth = _ch08_target_counts_reference(10, 3, 2).tolist()
     if len(predicted) != 10:
         raise CheckFailed(f"predicted_counts: expected 10 counts (one per token of the stream), got {len(predicted)}")
     if predicted != truth:
         as_inputs = [0] * 10
-        for i in range(10 - 3):
-            for j in range(i, i + 3):
+        for start in range(0, 10 - 3, 2):
+            for j in range(start, start + 3):
                 as_inputs[j] += 1
         if predicted == as_inputs:
             why = "you counted where each token is an input; a target is the input shifted by one"
+        elif predicted == _ch08_target_counts_reference(10, 3, 1).tolist():
+            why = "those are the counts of stride 1; with stride 2 only every other start is a window"
         elif len(set(predicted)) == 1:
-            why = "not every token is in the same number of windows: look at both ends of the stream"
+            why = "not every token is in the same number of windows: look at both ends, and at where windows overlap"
         else:
-            why = "list the windows i = 0..6 and the positions of their targets, then count per token"
+            why = "list the windows' starts and the positions of their targets, then count per token"
         raise CheckFailed(f"predicted_counts: {sum(a != b for a, b in zip(predicted, truth))} of the 10 counts "
                           f"are wrong -- {why}")
-    cases = [(10, 3), (5, 4), (20, 1), (9, 8), (12, 5), (1000, 64), (300, 299)]
-    for n, block_size in cases:
-        got = target_counts(n, block_size)
+    cases = [(10, 3, 1), (10, 3, 2), (5, 4, 1), (20, 1, 3), (9, 8, 1), (12, 5, 5), (13, 3, 5), (1000, 64, 64),
+             (1000, 64, 7), (300, 299, 1), (7, 3, 10), (4, 4, 1)]
+    for n, block_size, stride in cases:
+        got = target_counts(n, block_size, stride)
         if got is None:
-            raise CheckFailed(f"n={n}, block_size={block_size}: got None -- return a tensor of n counts")
+            raise CheckFailed(f"n={n}, block_size={block_size}, stride={stride}: got None -- return a tensor of n counts")
         got = torch.as_tensor(got)
-        check_shape(got, (n,), f"target_counts({n}, {block_size})")
-        assert_same(got.long(), _ch08_target_counts_reference(n, block_size),
-                    f"target_counts({n}, {block_size})")
-    return f"{len(cases)} stream lengths and window sizes, edges included"
+        what = f"target_counts({n}, {block_size}, {stride})"
+        check_shape(got, (n,), what)
+        expected = _ch08_target_counts_reference(n, block_size, stride)
+        if not torch.equal(got.long(), expected):
+            if stride > 1 and torch.equal(got.long(), _ch08_target_counts_reference(n, block_size, 1)):
+                raise CheckFailed(f"{what}: these are the counts of stride 1; which windows does a stride "
+                                  f"of {stride} keep?")
+            assert_same(got.long(), expected, what + " (which windows exist, and which targets does each hold?)")
+    return (f"{len(cases)} streams, window sizes and strides: a stride above the window, a stream with "
+            f"no complete window and a single window included")
 
 
 # --- BPE: predict the tokens; encode within chunks ------------------------------------------------
@@ -404,31 +414,47 @@ def make_windows(ids, block_size, stride):
 """, call="make_windows", message=r"return a pair \(x, y\)")
 
 _CH08_RIGHT_COUNTS = '''
-def target_counts(n, block_size):
-    j = torch.arange(n)
-    first = torch.clamp(j - block_size, min=0)
-    last = torch.clamp(j - 1, max=n - block_size - 1)
-    return (last - first + 1).clamp(min=0)
-'''
-wrong_answer("check_target_counts", "mistake", "predicts where each token is an input, not a target", _CH08_RIGHT_COUNTS + """
-predicted_counts = [1, 2, 3, 3, 3, 3, 3, 2, 1, 0]
-""", call="target_counts, predicted_counts", message=r"counted where each token is an input")
-wrong_answer("check_target_counts", "mistake", "predicts T for every token (forgets the ends)", _CH08_RIGHT_COUNTS + """
-predicted_counts = [3] * 10
-""", call="target_counts, predicted_counts", message=r"both ends of the stream")
-wrong_answer("check_target_counts", "edge", "right prediction, but the function counts inputs (off by one)", """
-def target_counts(n, block_size):
+def target_counts(n, block_size, stride=1):
     counts = torch.zeros(n, dtype=torch.long)
-    for i in range(n - block_size):
-        counts[i:i + block_size] += 1
+    for s in range(0, n - block_size, stride):
+        counts[s + 1:s + block_size + 1] += 1
     return counts
+'''
+wrong_answer("check_target_counts", "mistake", "predicts where each token is an input, not a target", _CH08_RIGHT_COUNTS + '''
+predicted_counts = [1, 1, 2, 1, 2, 1, 2, 1, 1, 0]
+''', call="target_counts, predicted_counts", message=r"counted where each token is an input")
+wrong_answer("check_target_counts", "mistake", "predicts the stride-1 counts (ignores the stride)", _CH08_RIGHT_COUNTS + '''
 predicted_counts = [0, 1, 2, 3, 3, 3, 3, 3, 2, 1]
-""", call="target_counts, predicted_counts", message=r"target_counts\(10, 3\)")
-wrong_answer("check_target_counts", "edge", "a formula that forgets the stream's end (min(j, T))", """
-def target_counts(n, block_size):
-    return torch.clamp(torch.arange(n), max=block_size)
-predicted_counts = [0, 1, 2, 3, 3, 3, 3, 3, 2, 1]
-""", call="target_counts, predicted_counts", message=r"target_counts\(10, 3\)")
+''', call="target_counts, predicted_counts", message=r"counts of stride 1")
+wrong_answer("check_target_counts", "mistake", "predicts one count per token (forgets the ends and the overlaps)",
+             _CH08_RIGHT_COUNTS + '''
+predicted_counts = [1] * 10
+''', call="target_counts, predicted_counts", message=r"both ends")
+wrong_answer("check_target_counts", "edge", "right prediction, but the function counts inputs (off by one)", '''
+def target_counts(n, block_size, stride):
+    counts = torch.zeros(n, dtype=torch.long)
+    for s in range(0, n - block_size, stride):
+        counts[s:s + block_size] += 1
+    return counts
+predicted_counts = [0, 1, 1, 2, 1, 2, 1, 2, 1, 1]
+''', call="target_counts, predicted_counts", message=r"target_counts\(10, 3, 1\)")
+wrong_answer("check_target_counts", "edge", "keeps one window too many: a last window that runs past the stream",
+             '''
+def target_counts(n, block_size, stride):
+    counts = torch.zeros(n, dtype=torch.long)
+    for s in range(0, n - block_size + 1, stride):
+        counts[s + 1:s + block_size + 1] += 1
+    return counts
+predicted_counts = [0, 1, 1, 2, 1, 2, 1, 2, 1, 1]
+''', call="target_counts, predicted_counts", message=r"which windows exist")
+wrong_answer("check_target_counts", "mistake", "ignores the stride in the function", '''
+def target_counts(n, block_size, stride):
+    counts = torch.zeros(n, dtype=torch.long)
+    for s in range(n - block_size):
+        counts[s + 1:s + block_size + 1] += 1
+    return counts
+predicted_counts = [0, 1, 1, 2, 1, 2, 1, 2, 1, 1]
+''', call="target_counts, predicted_counts", message=r"counts of stride 1")
 
 wrong_answer("check_char_encode", "mistake", "lowercases the text before looking characters up", """
 def char_encode(text, stoi, unk_id):

@@ -45,7 +45,7 @@ _CH09_NO_AUTOGRAD = ("torch.autograd.backward", "torch.autograd.grad")
 
 @exercise_check(forbidden=_CH09_NO_AUTOGRAD + ("torch.nn.functional.cross_entropy", "torch.log_softmax",
                                                "torch.softmax", "torch.logsumexp",
-                                               "torch.nn.functional.nll_loss"))
+                                               "torch.nn.functional.nll_loss"), by_hand=True)
 def check_cross_entropy_grad(cross_entropy_grad: Callable) -> str:
     """``cross_entropy_grad(logits, targets, ignore_index=-100)`` -> the ``(N, V)`` gradient of the
     mean cross-entropy over the targets that are not ``ignore_index``, by the formula (no autograd);
@@ -104,7 +104,7 @@ def _ch09_smoothing_floor(V: int, eps: float) -> float:
 
 
 @exercise_check(forbidden=_CH09_NO_AUTOGRAD + ("torch.optim", "torch.nn.functional.cross_entropy",
-                                               "torch.nn.functional.nll_loss"))
+                                               "torch.nn.functional.nll_loss"), by_hand=True)
 def check_smoothed_loss_floor(smoothed_loss_floor: Callable) -> str:
     """``smoothed_loss_floor(V, eps)`` -> the smallest value of the label-smoothed loss of one
     position over all logits (the entropy of the smoothed target), derived, not minimised."""

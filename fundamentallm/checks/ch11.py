@@ -20,8 +20,8 @@ from .wrong import wrong_answer
 # tolerance (1e-11 or tighter) that a derived formula meets and an ordinary float64 finite
 # difference does not, on inputs where such a difference loses its digits to rounding (a loss made
 # large by entries that do not affect the gradient being compared, or a large offset that cancels).
-# The complex step or extended precision would meet it, and they are not a derivation either: the
-# instructor's reading of the code is the final judge.
+# The complex step or extended precision would meet it: by_hand=True refuses any complex number or
+# long double the answer computes with. The instructor's reading of the code is the final judge.
 _AUTOGRAD = ("torch.autograd", "torch._functorch", "torch.Tensor.backward",
              "fundamentallm.gradcheck", "sympy", "mpmath")
 _TOL = 1e-11  # a derivation is exact to about 1e-15 relative; a float64 difference quotient is not
@@ -44,7 +44,7 @@ def _ch11_np(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy().copy()
 
 
-@exercise_check(forbidden=_AUTOGRAD)
+@exercise_check(forbidden=_AUTOGRAD, by_hand=True)
 def check_rmsnorm_backward(rmsnorm_backward: Callable) -> str:
     """``rmsnorm_backward(x, gamma, dy, eps)`` -> ``(dx, dgamma)`` for
     ``y = x / sqrt(mean(x**2) + eps) * gamma`` over the last axis, compared with autograd in float64."""
@@ -72,7 +72,7 @@ def check_rmsnorm_backward(rmsnorm_backward: Callable) -> str:
     return f"{len(cases)} shapes, a row of zeros and a loss of size 1e8 included, match autograd to 1e-11"
 
 
-@exercise_check(forbidden=_AUTOGRAD + ("torch.nn.functional.cross_entropy",))
+@exercise_check(forbidden=_AUTOGRAD + ("torch.nn.functional.cross_entropy",), by_hand=True)
 def check_smoothed_ce_backward(smoothed_ce_backward: Callable) -> str:
     """``smoothed_ce_backward(z, targets, smoothing)`` -> ``dz`` of the mean label-smoothed
     cross-entropy of ``(N, V)`` logits (``F.cross_entropy(..., label_smoothing=smoothing)``)."""
@@ -104,7 +104,7 @@ def check_smoothed_ce_backward(smoothed_ce_backward: Callable) -> str:
             f"to 1e-11")
 
 
-@exercise_check(forbidden=_AUTOGRAD + ("torch.nn.functional.silu",))
+@exercise_check(forbidden=_AUTOGRAD + ("torch.nn.functional.silu",), by_hand=True)
 def check_swiglu_backward(swiglu_backward: Callable) -> str:
     """``swiglu_backward(a, b, dy)`` -> ``(da, db)`` for ``y = silu(a) * b`` elementwise,
     ``silu(a) = a * sigmoid(a)``, compared with autograd in float64."""
@@ -154,7 +154,7 @@ def _ch11_slope_grad(got: Any, shape: tuple) -> float:
     return value
 
 
-@exercise_check(forbidden=_AUTOGRAD)
+@exercise_check(forbidden=_AUTOGRAD, by_hand=True)
 def check_alibi_slope_grad(alibi_slope_grad: Callable) -> str:
     """``alibi_slope_grad(q, k, v, dout, slope)`` -> the scalar dL/dslope for causal attention
     with ALiBi scores ``q·k / sqrt(D) - slope·(i - j)``, given the upstream gradient ``dout``.
@@ -162,8 +162,7 @@ def check_alibi_slope_grad(alibi_slope_grad: Callable) -> str:
     Derived by hand, not measured: autograd is forbidden, and an ordinary float64 finite difference
     of the loss fails two ways. On plain inputs the check compares at 1e-11 (a derivation is exact
     to about 1e-15; a float64 central or five-point difference is off by more than that on some
-    case; the complex step or extended precision would not be, and they are not a derivation
-    either: the instructor's reading of the code is the final judge). Then every value row
+    case; the complex step or extended precision would not be, and the check refuses them). Then every value row
     gets the same large offset c (v_j + c for every key j): out = P v + c, so the loss gains
     sum(c · dout), a constant that does not depend on the slope, and the exact gradient is
     unchanged (the softmax backward removes it); a finite difference of the loss, whose value is
@@ -199,14 +198,14 @@ def _ch11_gelu_grad(x: np.ndarray) -> np.ndarray:
     return dx.numpy()
 
 
-@exercise_check(forbidden=_AUTOGRAD)
+@exercise_check(forbidden=_AUTOGRAD, by_hand=True)
 def check_gelu_backward(gelu_backward: Callable, limits: Any, extremes: Any) -> str:
     """``gelu_backward(x, dy)`` -> ``dx`` for GPT-2's tanh GELU, eq. (ch07: the feed-forward layer),
     ``y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``; NumPy float64 in and out, compared with
     PyTorch's autograd of ``F.gelu(x, approximate="tanh")`` at a tolerance (5e-14 absolute) that
     the derived formula meets and an ordinary float64 finite difference does not (its best step
     leaves 1e-11 or more, and 1e-9 where |x| is large); the complex step or extended precision
-    would meet it, and they are not a derivation either (the instructor reads the code). ``limits``: the predicted limits of dy/dx as
+    would meet it, and the check refuses them (``by_hand``). ``limits``: the predicted limits of dy/dx as
     x -> -inf, at x = 0 and as x -> +inf; ``extremes``: its predicted (minimum, maximum)."""
     require_prediction(limits, "limits", "three numbers: dy/dx as x -> -inf, at 0, as x -> +inf")
     require_prediction(extremes, "extremes", "two numbers: the minimum and the maximum of dy/dx")
@@ -547,3 +546,48 @@ def gelu_backward(x, dy):
     f = lambda t: t / 2 * (1 + mpmath.tanh(mpmath.sqrt(2 / mpmath.pi) * (t + mpmath.mpf("0.044715") * t ** 3)))
     return dy * np.vectorize(lambda v: float(mpmath.diff(f, v)))(x)
 """, call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"not to use mpmath")
+
+# --- Complex-step differentiation: exact to rounding, so no tolerance refuses it; the checks of
+# this chapter refuse any complex number the answer computes with (by_hand=True) -----------------
+
+wrong_answer("check_alibi_slope_grad", "method", "complex-step differentiation: the loss evaluated at "
+             "slope + i h, dL/dslope read off the imaginary part (exact to rounding, not a derivation)", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    d = (i[:, None] - i[None, :]).astype(float)
+    def loss(m):
+        s = q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - m * d
+        s = s - s.real.max(axis=-1, keepdims=True)
+        p = np.where(d >= 0, np.exp(s), 0.0)
+        p = p / p.sum(axis=-1, keepdims=True)
+        return ((p @ v) * dout).sum()
+    h = 1e-30
+    return float(loss(slope + 1j * h).imag / h)
+""", call="alibi_slope_grad", message=r"complex-step differentiation")
+wrong_answer("check_gelu_backward", "method", "complex-step differentiation: GELU evaluated at x + i h, "
+             "dy/dx read off the imaginary part (exact to rounding, not a derivation)", """
+def gelu_backward(x, dy):
+    z = x.astype(complex) + 1e-30j
+    y = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+    return dy * y.imag / 1e-30
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"complex-step differentiation")
+wrong_answer("check_gelu_backward", "method", "complex-step differentiation through cmath, one scalar at a "
+             "time, no complex array stored", """
+import cmath
+def gelu_backward(x, dy):
+    c = math.sqrt(2 / math.pi)
+    g = [(0.5 * (t + 1e-30j) * (1 + cmath.tanh(c * ((t + 1e-30j) + 0.044715 * (t + 1e-30j) ** 3)))).imag / 1e-30
+         for t in x.ravel().tolist()]
+    return dy * np.array(g).reshape(x.shape)
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"complex-step|cmath")
+wrong_answer("check_gelu_backward", "method", "a central difference in NumPy's long double with one "
+             "Richardson step (extended precision: close to float64 exactness, not a derivation)", """
+def gelu_backward(x, dy):
+    X = x.astype(np.longdouble)
+    c = np.sqrt(np.longdouble(2) / np.longdouble(np.pi))
+    f = lambda t: t / 2 * (1 + np.tanh(c * (t + np.longdouble(0.044715) * t ** 3)))
+    d = lambda h: (f(X + h) - f(X - h)) / (2 * h)
+    h = np.longdouble(1e-4)
+    return dy * ((4 * d(h / 2) - d(h)) / 3).astype(np.float64)
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"extended precision")

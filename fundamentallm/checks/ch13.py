@@ -203,7 +203,7 @@ def _ch13_source(h: int, t: int, d: int, T: int, C: int, H: int) -> int:
     return ((h * T + t) * (C // H) + d) // C
 
 
-@exercise_check(forbidden=("torch.unravel_index",))
+@exercise_check(forbidden=("torch.unravel_index", "numpy.unravel_index", "numpy.ravel_multi_index"))
 def check_source_token(source_token: Callable, predicted_row: Any) -> str:
     """``predicted_row``: the tokens whose channels row t = 1 of head 1 holds for T = 4, C = 8,
     H = 2 (a sorted list of distinct ints), predicted on paper. ``source_token(h, t, d, T, C, H)``
@@ -211,8 +211,8 @@ def check_source_token(source_token: Callable, predicted_row: Any) -> str:
     buggy ``x.reshape(B, H, T, D)`` of a ``(B, T, C)`` tensor, derived from the memory order:
     checked on every element of small shapes and on sampled elements of shapes whose tensor
     (2^40 elements) no machine holds, so that reshaping an ``arange`` cannot answer it. The check
-    refuses ``torch.unravel_index``; NumPy's ``unravel_index``/``ravel_multi_index`` (C functions
-    the check cannot see) would do the derivation as well, so the instructor reads for them."""
+    refuses ``torch.unravel_index`` and NumPy's ``unravel_index`` and ``ravel_multi_index`` (C
+    functions, seen through the Python dispatcher NumPy runs before them)."""
     require_prediction(predicted_row, "predicted_row", "a sorted list of token indices")
     truth = sorted({_ch13_source(1, 1, d, 4, 8, 2) for d in range(4)})
     if sorted(set(int_list(predicted_row, "predicted_row"))) != truth:
@@ -526,6 +526,14 @@ def source(h, t, d, T, C, H):
     flat = (h * T + t) * (C // H) + d
     return int(torch.unravel_index(torch.tensor(flat), (T, C))[0])
 """, call="source, [2]", message=r"asks you not to use torch\.unravel_index")
+wrong_answer("check_source_token", "method", "numpy.unravel_index on the flat position", """
+def source(h, t, d, T, C, H):
+    return int(np.unravel_index((h * T + t) * (C // H) + d, (T, C))[0])
+""", call="source, [2]", message=r"asks you not to use numpy\.unravel_index")
+wrong_answer("check_source_token", "method", "numpy.ravel_multi_index for the flat position, then a division", """
+def source(h, t, d, T, C, H):
+    return int(np.ravel_multi_index((h, t, d), (H, T, C // H))) // C
+""", call="source, [2]", message=r"asks you not to use numpy\.ravel_multi_index")
 wrong_answer("check_source_token", "mistake", "the right split's token (t): assumes the reshape keeps tokens together",
              "def source(h, t, d, T, C, H):\n    return t\n", call="source, [2]", message=r"find the flat position")
 wrong_answer("check_source_token", "mistake", "divides the flat position by D (channels per head), not C", """

@@ -95,7 +95,7 @@ _CH14_NO_AUTOGRAD = ("torch.autograd.grad", "torch.autograd.backward", "torch.Te
                      "fundamentallm.moe.MoEFeedForward.forward")
 
 
-@exercise_check(forbidden=_CH14_NO_AUTOGRAD)
+@exercise_check(forbidden=_CH14_NO_AUTOGRAD, by_hand=True)
 def check_balancing_grad(balancing_grad: Callable) -> str:
     """``balancing_grad(router_logits (N, E), top_idx (N, k), num_experts)`` -> ``(loss, grad)``:
     the load-balancing loss ``E · Σ_e f_e P_e`` of ``p = softmax(router_logits)`` and its gradient
@@ -117,7 +117,7 @@ def check_balancing_grad(balancing_grad: Callable) -> str:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise CheckFailed(f"{what}: expected a pair (loss, grad), got {type(out).__name__}")
         loss, grad = out
-        loss = float(torch.as_tensor(loss).detach())
+        loss = float(loss.detach() if isinstance(loss, torch.Tensor) else loss)  # a Python float stays float64
         z = logits.clone().requires_grad_(True)
         p = z.softmax(-1)
         f = torch.zeros_like(p).scatter(1, idx, 1.0).mean(0)
@@ -480,3 +480,22 @@ wrong_answer("check_kv_cache_bytes", "mistake", "keys only in the function", _KV
 def keys_only(L, G, D, n, b=2, w=None):
     return kv_cache_bytes(L, G, D, n, b, w) // 2
 """, call="keys_only, 0.5", message=r"bytes is not right: count keys and values")
+
+wrong_answer("check_balancing_grad", "method", "complex-step differentiation: the loss evaluated at "
+             "z + i h e_nj, the gradient read off the imaginary part (exact to rounding, not a derivation)", """
+def balancing_grad(router_logits, top_idx, num_experts):
+    N, E = router_logits.shape
+    f = torch.zeros(N, E, dtype=torch.float64).scatter(1, top_idx, 1.0).mean(0)
+    def loss(z):
+        p = torch.exp(z - z.real.max(-1, keepdim=True).values)
+        p = p / p.sum(-1, keepdim=True)
+        return num_experts * (f * p.mean(0)).sum()
+    z, h = router_logits.to(torch.complex128), 1e-30
+    grad = torch.zeros(N, E, dtype=torch.float64)
+    for n in range(N):
+        for j in range(E):
+            step = torch.zeros(N, E, dtype=torch.complex128)
+            step[n, j] = 1j * h
+            grad[n, j] = loss(z + step).imag / h
+    return loss(z).real.item(), grad
+""", call="balancing_grad", message=r"complex-step differentiation")

@@ -27,7 +27,9 @@ _DPO_LOSS_PARTS = ("torch.log", "torch.log1p", "torch.log2", "torch.log10", "tor
 _CLIP_OBJECTIVE_PARTS = ("torch.min", "torch.minimum", "torch.max", "torch.maximum", "torch.fmin",
                          "torch.fmax", "torch.amin", "torch.amax", "torch.clamp", "torch.clip",
                          "torch.clamp_min", "torch.clamp_max", "builtins.min", "builtins.max",
-                         "fundamentallm.posttrain.grpo_loss")
+                         "fundamentallm.posttrain.grpo_loss",
+                         # a difference quotient whose step is one unit in the last place
+                         "torch.nextafter", "numpy.nextafter", "numpy.spacing", "math.nextafter", "math.ulp")
 
 def _ch15_rng(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(1500 + seed)
@@ -111,7 +113,7 @@ def check_lora_trainable(lora_trainable: Callable) -> str:
     return f"{len(cases)} sets of layers"
 
 
-@exercise_check(forbidden=_AUTOGRAD + _DPO_LOSS_PARTS)
+@exercise_check(forbidden=_AUTOGRAD + _DPO_LOSS_PARTS, by_hand=True)
 def check_dpo_gradients(dpo_gradients: Callable) -> str:
     """``dpo_gradients(beta, margin)``: for pairs with margins ``margin`` (``(B,)``, the implicit
     reward difference r_w - r_l), the derivatives of each pair's DPO loss with respect to
@@ -181,7 +183,7 @@ def check_group_advantages(group_advantages: Callable) -> str:
     return f"{len(cases)} reward tables, shuffled groups of different sizes, groups that all agree included"
 
 
-@exercise_check(forbidden=_AUTOGRAD + _CLIP_OBJECTIVE_PARTS)
+@exercise_check(forbidden=_AUTOGRAD + _CLIP_OBJECTIVE_PARTS, by_hand=True)
 def check_clip_stops_gradient(clip_stops_gradient: Callable) -> str:
     """``clip_stops_gradient(ratio, advantage, clip_eps)``: boolean, True where the gradient of
     ``min(ratio A, clip(ratio, 1-eps, 1+eps) A)`` with respect to ``ratio`` is zero; worked out on
@@ -193,9 +195,16 @@ def check_clip_stops_gradient(clip_stops_gradient: Callable) -> str:
     r2 = torch.rand(4, 6, generator=gen) * 2
     r2 = torch.where(((r2 - 0.9).abs() < 1e-3) | ((r2 - 1.1).abs() < 1e-3), torch.ones_like(r2), r2)
     near = torch.tensor([1.2 + 2e-6, 1.2 - 2e-6, 0.8 + 2e-6, 0.8 - 2e-6] * 2)  # just inside/outside the clip
+    # float64 ratios one unit in the last place from each edge (about 2e-16): the derived rule
+    # compares them with the edges exactly, while a difference quotient of the objective straddles
+    # the edge for any step it can take (a step below one ulp leaves the ratio unchanged)
+    edges = torch.tensor([1.25, 1.25, 0.75, 0.75] * 2, dtype=torch.float64)
+    ulp = torch.nextafter(edges, torch.tensor([2.0, 0.0, 2.0, 0.0] * 2, dtype=torch.float64))
     cases = [("ratios 0.5..1.5 with advantages +1, -1 and 0, eps=0.2", ratio, adv, 0.2),
              ("random ratios and advantages, eps=0.1", r2, torch.randn(4, 6, generator=gen), 0.1),
-             ("ratios a few millionths from the clip's edges, eps=0.2", near, torch.tensor([1.0] * 4 + [-1.0] * 4), 0.2)]
+             ("ratios a few millionths from the clip's edges, eps=0.2", near, torch.tensor([1.0] * 4 + [-1.0] * 4), 0.2),
+             ("float64 ratios one ulp from the clip's edges, eps=0.25", ulp,
+              torch.tensor([2.0] * 4 + [-0.5] * 4, dtype=torch.float64), 0.25)]
     for what, r, a, eps in cases:
         got = clip_stops_gradient(r.clone(), a.clone(), eps)
         x = r.clone().requires_grad_(True)
@@ -418,3 +427,25 @@ def clip_stops_gradient(ratio, advantage, clip_eps, h=1e-9):
             for r, a in zip(ratio.flatten(), advantage.flatten())]
     return torch.tensor(flat).reshape(ratio.shape)
 """, call="clip_stops_gradient", message=r"asks you not to use")
+wrong_answer("check_clip_stops_gradient", "method", "a float64 central finite difference of the objective "
+             "written with torch.where (no min or clamp), h = 1e-9", """
+def clip_stops_gradient(ratio, advantage, clip_eps, h=1e-9):
+    r, a = ratio.double(), advantage.double()
+    def f(x):
+        c = torch.where(x > 1 + clip_eps, 1 + clip_eps, torch.where(x < 1 - clip_eps, 1 - clip_eps, x))
+        u, v = x * a, c * a
+        return torch.where(u < v, u, v)
+    return ((f(r + h) - f(r - h)) / (2 * h)).abs() < 1e-3
+""", call="clip_stops_gradient", message=r"one ulp from the clip's edges")
+wrong_answer("check_clip_stops_gradient", "method", "the same finite difference in exact rational arithmetic "
+             "(fractions.Fraction), step 1e-30", """
+from fractions import Fraction
+def clip_stops_gradient(ratio, advantage, clip_eps):
+    lo, hi, h = 1 - Fraction(clip_eps), 1 + Fraction(clip_eps), Fraction(1, 10 ** 30)
+    def f(x, a):
+        c = hi if x > hi else (lo if x < lo else x)
+        return x * a if x * a < c * a else c * a
+    flat = [f(Fraction(float(r)) + h, Fraction(float(a))) == f(Fraction(float(r)) - h, Fraction(float(a)))
+            for r, a in zip(ratio.flatten(), advantage.flatten())]
+    return torch.tensor(flat).reshape(ratio.shape)
+""", call="clip_stops_gradient", message=r"fractions|exact")

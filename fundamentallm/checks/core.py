@@ -43,6 +43,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {}  # check name -> the calls its exerci
 # Checks of self-check items (predictions with two or three choices): their messages may explain
 # the answer freely and they count no marks (the grade table gives them their own column).
 SELF_CHECK: set[str] = set()
+# Checks whose statement asks for a derivation by hand: besides their forbidden calls, the
+# student's code may not compute with complex numbers (see ``by_hand`` in :func:`exercise_check`).
+BY_HAND: set[str] = set()
 
 
 class CheckFailed(AssertionError):
@@ -243,6 +246,7 @@ class _Forbidden:
         self.builtins: dict[int, str] = {}
         self.methods: dict[tuple[str, type], str] = {}
         self.modules: dict[str, str] = {}
+        self.dispatchers: dict[tuple[str, str], str] = {}  # (file, name) of a NumPy C function's dispatcher
         self._alive: list[Any] = []
         for dotted in names:
             if _unimported_package(dotted):
@@ -268,6 +272,13 @@ class _Forbidden:
                 self.builtins[id(op._op)] = label
                 self._alive.append(op._op)
             return
+        if type(obj).__name__ == "_ArrayFunctionDispatcher" and not isinstance(
+                getattr(obj, "__wrapped__", None), types.FunctionType):
+            # a NumPy function written in C (np.unravel_index): the profiler sees no C call, only
+            # the Python dispatcher NumPy runs first, a function of the same name in multiarray.py
+            multiarray = sys.modules.get("numpy._core.multiarray") or sys.modules.get("numpy.core.multiarray")
+            if multiarray is not None and getattr(multiarray, "__file__", None):
+                self.dispatchers[(multiarray.__file__, obj.__name__)] = label
         fn = inspect.unwrap(obj) if callable(obj) else obj
         for f in {obj, fn}:
             code = getattr(f, "__code__", None)
@@ -281,6 +292,8 @@ class _Forbidden:
 
     def match_python(self, frame: types.FrameType) -> Optional[str]:
         label = self.codes.get(frame.f_code)
+        if label is None and self.dispatchers:
+            label = self.dispatchers.get((frame.f_code.co_filename, frame.f_code.co_name))
         if label is None and self.modules and frame.f_code.co_name != "<module>":  # importing is not using
             module = frame.f_globals.get("__name__", "")
             caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back is not None else ""
@@ -325,34 +338,113 @@ _WHY_FORBIDDEN = {
     "sympy": " (a computer-algebra derivative is not a derivation by hand)",
     "mpmath": " (a high-precision numerical derivative is a test, not a derivation)",
     "transformers": " (Hugging Face's implementation is the one you are rebuilding)",
+    "cmath": " (complex-step differentiation is a numerical derivative, not a derivation by hand)",
+    "decimal": " (a difference quotient in extended precision is a numerical derivative, not a derivation)",
+    "fractions": " (a difference quotient in exact arithmetic is a numerical derivative, not a derivation)",
 }
 
 
-def run_forbidding(names: tuple[str, ...], call: Callable[[], Any]) -> Any:
+# What ``by_hand`` refuses, and why (appended to the refusal).
+_COMPLEX_STEP = ("this exercise asks for a derivation by hand, and your code computed with complex "
+                 "numbers or beyond float64 precision ({where}): evaluating f(x + ih) and reading the "
+                 "derivative off the imaginary part (complex-step differentiation), or a difference "
+                 "quotient in extended precision, is a numerical derivative, not a derivation; derive "
+                 "the formula and write it with real float64 operations")
+# NumPy's long double, where it is wider than float64 (x86: 80 bits): a finite difference in it,
+# with Richardson extrapolation, reaches float64 precision
+_EXTENDED = tuple(t for t in (np.longdouble, getattr(np, "float128", None))
+                  if t is not None and np.finfo(t).eps < np.finfo(np.float64).eps)
+
+
+def _holds_complex(values: Any, depth: int = 0) -> bool:
+    """Whether ``values`` (an iterable of objects) holds a complex number, a complex tensor or a
+    complex NumPy array, or a number or array in extended or exact precision (NumPy's long double,
+    a ``decimal.Decimal``, a ``fractions.Fraction``), looking one level into lists, tuples and dicts."""
+    for i, v in enumerate(values):
+        if i >= 256:
+            break
+        if isinstance(v, torch.Tensor):
+            if v.dtype.is_complex:
+                return True
+        elif isinstance(v, np.ndarray):
+            if v.dtype.kind == "c" or (_EXTENDED and v.dtype.type in _EXTENDED):
+                return True
+        elif isinstance(v, (complex, np.complexfloating)) or (_EXTENDED and isinstance(v, _EXTENDED)):
+            return True
+        elif type(v).__module__ in ("decimal", "_decimal", "_pydecimal", "fractions"):  # Decimal, Fraction
+            return True
+        elif depth == 0 and isinstance(v, (list, tuple)):
+            if _holds_complex(v, 1):
+                return True
+        elif depth == 0 and isinstance(v, dict):
+            if _holds_complex(v.values(), 1):
+                return True
+    return False
+
+
+class _ComplexRecorder(torch.overrides.TorchFunctionMode):
+    """Records the first torch function the student's code calls with a complex tensor among its
+    inputs or outputs (at PyTorch's dispatcher: every operator, method and factory, however it is
+    spelled); the checks' own complex arithmetic does not count."""
+
+    def __init__(self, seen: list[str]) -> None:
+        super().__init__()
+        self.seen = seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not self.seen:
+            dtype = kwargs.get("dtype")
+            complex_dtype = isinstance(dtype, torch.dtype) and dtype.is_complex
+            if (complex_dtype or _holds_complex((out,)) or _holds_complex(args) or _holds_complex(kwargs.values())) \
+                    and _called_by_student(sys._getframe(1)):
+                self.seen.append(f"torch: {getattr(func, '__name__', func)}")
+        return out
+
+
+def run_forbidding(names: tuple[str, ...], call: Callable[[], Any], by_hand: bool = False) -> Any:
     """Run ``call()``; any call the student's code makes meanwhile (directly, or through a library
     such as ``nn.CrossEntropyLoss``) to one of ``names`` or its aliases fails with a
-    :class:`CheckFailed` naming it (even if ``call`` also failed). The previous profiler is
-    restored whatever happens, ``SystemExit`` included."""
-    if not names:
+    :class:`CheckFailed` naming it (even if ``call`` also failed). With ``by_hand``, so does any
+    computation of the student's code with complex numbers (complex-step differentiation) or in
+    extended precision: a complex tensor passed to or returned by a torch function, or a complex
+    or long-double array or number (or a ``Decimal`` or ``Fraction``) among the arguments, locals
+    or return value of the student's functions; ``cmath``, ``decimal`` and ``fractions`` are
+    forbidden too. The previous profiler
+    is restored whatever happens, ``SystemExit`` included."""
+    if not names and not by_hand:
         return call()
+    if by_hand:
+        names = tuple(names) + ("cmath", "decimal", "fractions")
     forbidden = _Forbidden(tuple(names))
     used: list[str] = []
+    complex_seen: list[str] = []
 
     def profiler(frame, event, arg):
         if event == "call":
             label = forbidden.match_python(frame)
             if label is not None and _called_by_student(frame.f_back):
                 used.append(label)
+            if by_hand and not complex_seen and _frame_kind(frame.f_code) == _STUDENT \
+                    and _holds_complex(frame.f_locals.values()):
+                complex_seen.append(f"the arguments of {frame.f_code.co_name}")
+        elif event == "return":
+            if by_hand and not complex_seen and _frame_kind(frame.f_code) == _STUDENT \
+                    and (_holds_complex((arg,)) or _holds_complex(frame.f_locals.values())):
+                complex_seen.append(f"a value in {frame.f_code.co_name}")
         elif event == "c_call":
             label = forbidden.match_c(arg)
             if label is not None and _called_by_student(frame):
                 used.append(label)
 
     previous = sys.getprofile()
+    mode = _ComplexRecorder(complex_seen) if by_hand else contextlib.nullcontext()
     sys.setprofile(profiler)
     error: Optional[Exception] = None
     try:
-        result = call()
+        with mode:
+            result = call()
     except Exception as e:  # report a forbidden call first, then the failure
         result, error = None, e
     finally:  # also on SystemExit / KeyboardInterrupt
@@ -365,6 +457,8 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any]) -> Any:
         why = next((w for m, w in _WHY_FORBIDDEN.items() if used[0] == m or used[0].startswith(m + ".")), "")
         raise CheckFailed(f"this exercise asks you not to use {used[0]}{why}; write it with "
                           f"basic operations instead")
+    if complex_seen:
+        raise CheckFailed(_COMPLEX_STEP.format(where=complex_seen[0]))
     if error is not None:
         raise error
     return result
@@ -438,7 +532,7 @@ def is_student_object(value: Any) -> bool:
 
 
 def _verdict(fn: Callable, forbidden: tuple[str, ...], pure: bool, may_return_none: bool,
-             args: tuple, kwargs: dict) -> Optional[str]:
+             args: tuple, kwargs: dict, by_hand: bool = False) -> Optional[str]:
     """Run the check ``fn`` on the student's objects: the detail string of a pass, or
     :class:`NotAttempted` / :class:`CheckFailed` with one clear message."""
     name = fn.__name__
@@ -449,7 +543,7 @@ def _verdict(fn: Callable, forbidden: tuple[str, ...], pure: bool, may_return_no
     kwargs = {k: _student_call(v, pure, may_return_none) if is_student_object(v) else v
               for k, v in kwargs.items()}
     try:
-        return run_forbidding(forbidden, lambda: fn(*args, **kwargs))
+        return run_forbidding(forbidden, lambda: fn(*args, **kwargs), by_hand=by_hand)
     except NotImplementedError:
         raise NotAttempted(f"{name}: not attempted yet -- your function still raises "
                            f"NotImplementedError; replace the stub with your implementation") from None
@@ -467,7 +561,8 @@ def _verdict(fn: Callable, forbidden: tuple[str, ...], pure: bool, may_return_no
 
 
 def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidden: tuple[str, ...] = (),
-                   pure: bool = True, may_return_none: bool = False, self_check: bool = False) -> Any:
+                   pure: bool = True, may_return_none: bool = False, self_check: bool = False,
+                   by_hand: bool = False) -> Any:
     """Turn ``fn`` (which raises :class:`CheckFailed` or returns an optional detail string) into
     a student-facing check: stubs and crashes become clear messages; success prints one line.
 
@@ -490,12 +585,20 @@ def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidd
     * ``self_check`` (default False): the item is a self-check (a prediction with two or three
       choices, guessable by trial and error): its message may state the answer, and it counts no
       marks (:data:`SELF_CHECK`). A graded check's message names what to rethink, never the answer.
+    * ``by_hand`` (default False): the statement asks for a derivation by hand (a gradient, a
+      Jacobian). Besides the ``forbidden`` calls, the student's code may not compute with complex
+      numbers: complex-step differentiation (evaluate f(x + ih), read f'(x) off the imaginary
+      part) is exact to rounding, so no tolerance refuses it, and a difference quotient in
+      extended precision comes close. Any complex tensor a torch function takes or returns for the
+      student's code, any complex or long-double array or number (or ``Decimal``, ``Fraction``)
+      among the arguments, locals or return value of the student's functions, ``cmath``,
+      ``decimal`` and ``fractions`` fail the check (:data:`BY_HAND`).
     """
     if isinstance(forbidden, str):
         raise TypeError(f"forbidden must be a tuple of dotted names, got the string {forbidden!r}")
     if fn is None:
         return functools.partial(exercise_check, forbidden=tuple(forbidden), pure=pure,
-                                 may_return_none=may_return_none, self_check=self_check)
+                                 may_return_none=may_return_none, self_check=self_check, by_hand=by_hand)
     forbidden = tuple(forbidden)
     for name in forbidden:
         if not _unimported_package(name):
@@ -504,7 +607,7 @@ def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidd
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Optional[bool]:
         try:
-            detail = _verdict(fn, forbidden, pure, may_return_none, args, kwargs)
+            detail = _verdict(fn, forbidden, pure, may_return_none, args, kwargs, by_hand)
         except NotAttempted as e:
             if not in_ipython():
                 raise
@@ -515,10 +618,15 @@ def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidd
 
     wrapper.forbidden = forbidden  # type: ignore[attr-defined]
     wrapper.self_check = self_check  # type: ignore[attr-defined]
+    wrapper.by_hand = by_hand  # type: ignore[attr-defined]
     CHECKS[fn.__name__] = wrapper
     FORBIDDEN[fn.__name__] = forbidden
     if self_check:
         SELF_CHECK.add(fn.__name__)
+    if by_hand:
+        BY_HAND.add(fn.__name__)
+    else:
+        BY_HAND.discard(fn.__name__)
     return wrapper
 
 

@@ -106,14 +106,15 @@ def main() -> None:
             before = {i: a.detach().clone() for i, a in enumerate(args)
                       if torch is not None and isinstance(a, torch.Tensor)} if header.get("pure") else {}
             forbidden = tuple(header.get("forbidden", ()))
+            by_hand = header.get("by_hand") is True  # complex arithmetic refused too
             try:
-                if forbidden:
+                if forbidden or by_hand:
                     from fundamentallm.checks.core import CheckFailed, run_forbidding
 
                     recorder = _recorder(forbidden)
                     try:
                         with recorder:
-                            result = run_forbidding(forbidden, lambda: fn(*args, **kwargs))
+                            result = run_forbidding(forbidden, lambda: fn(*args, **kwargs), by_hand=by_hand)
                     except CheckFailed as e:  # the profiler saw a forbidden call
                         return {"forbidden": str(e)}, []
                     finally:

@@ -243,6 +243,14 @@ def _check_options(check: str) -> tuple[tuple[str, ...], bool]:
     return tuple(dict.fromkeys(forbidden)), pure
 
 
+def _check_by_hand(check: str) -> bool:
+    """Whether a check cell calls a check whose statement asks for a derivation by hand (the
+    worker then also refuses complex arithmetic: see ``by_hand`` in ``exercise_check``)."""
+    from .. import checks
+
+    return any(isinstance(node, ast.Attribute) and node.attr in checks.BY_HAND for node in ast.walk(ast.parse(check)))
+
+
 class StudentGrader:
     """Grades one student's items one by one, in a worker restarted after any failure."""
 
@@ -320,7 +328,7 @@ class StudentGrader:
         names = _check_names(item.check)
         reply, buffers = worker.request({"op": "load", "chapter": chapter, "label": item.label, "code": item.code,
                                          "prelude": item.prelude, "names": names})
-        session = Session(worker, forbidden, pure)
+        session = Session(worker, forbidden, pure, by_hand=_check_by_hand(item.check))
         try:
             values = session._reply(reply, buffers, "answer")
         except NotImplementedError:

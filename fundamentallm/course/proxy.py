@@ -153,8 +153,8 @@ class StudentProxy:
 class Session:
     """One exercise of one student: its worker, its forbidden names and its proxies."""
 
-    def __init__(self, worker: Worker, forbidden: Sequence[str], pure: bool) -> None:
-        self.worker, self.forbidden, self.pure = worker, list(forbidden), pure
+    def __init__(self, worker: Worker, forbidden: Sequence[str], pure: bool, by_hand: bool = False) -> None:
+        self.worker, self.forbidden, self.pure, self.by_hand = worker, list(forbidden), pure, bool(by_hand)
         self.forbidden_seen: Optional[str] = None
         self.calls = 0
 
@@ -200,7 +200,7 @@ class Session:
         self.calls += 1
         grad_inputs = wire.grad_tensors([list(args), dict(kwargs)])
         header = {"op": "call", "target": proxy._hid, "args": a, "kwargs": k, "forbidden": self.forbidden,
-                  "pure": self.pure, "call": self.calls if grad_inputs else None}
+                  "by_hand": self.by_hand, "pure": self.pure, "call": self.calls if grad_inputs else None}
         reply, buffers = self.worker.request(header, abuf + kbuf)
         out = self._reply(reply, buffers, f"result of {proxy.__name__}")
         if not isinstance(out, dict) or "value" not in out:
