@@ -515,6 +515,84 @@ def test_menu_and_contents_buttons_work_on_phones_and_tablets(site, open_page, w
     assert not p.errors, p.errors
 
 
+def _scroll_through(page) -> None:
+    """Scroll from the top of the page to the bottom and back in steps, so that every observer
+    (the theme hides its contents column while a wide figure is on screen) fires."""
+    height = page.evaluate("document.documentElement.scrollHeight")
+    for y in list(range(0, height, 700)) + [0]:
+        page.evaluate(f"window.scrollTo(0, {y})")
+        page.wait_for_timeout(20)
+    page.wait_for_timeout(100)
+
+
+@pytest.mark.parametrize("viewport", [LAPTOP, PHONE], ids=["1280px", "390px"])
+@pytest.mark.parametrize("entry", PAGES, ids=[Path(e).name for e in PAGES])
+def test_navigation_panels_work_without_a_page_error(site, open_page, entry, viewport):
+    """Every page, at 1280 and 390 px, with its navigation used: no page error or console error.
+    On a phone each panel ("Contents", the menu) opens as a dialog with a Close button; the page
+    scrolls under the open panel without a script error (sphinx-book-theme looks the contents
+    column up by class when a wide figure comes into view); Escape closes it even after a tap
+    inside it; picking a section closes it, follows the link and moves the keyboard focus to that
+    section; the Close button closes it and returns the focus to the button that opened it. On a
+    laptop the sidebar toggle hides and shows the sidebar while the page is scrolled."""
+    p = open_page(f"{site}/{entry}.html", viewport)
+    page, problems = p.page, []
+    if viewport is LAPTOP:
+        toggle = _visible(page, ".primary-toggle")
+        for _ in range(2):
+            toggle.click()
+            page.wait_for_timeout(350)
+            _scroll_through(page)
+        assert page.locator("#pst-primary-sidebar").is_visible()
+    else:
+        contents = page.locator("#pst-secondary-sidebar-modal")
+        has_toc = any(page.locator(".secondary-toggle").nth(i).is_visible()
+                      for i in range(page.locator(".secondary-toggle").count()))
+        if has_toc:
+            _visible(page, ".secondary-toggle").tap()
+            assert contents.evaluate("d => d.open"), "the Contents button did not open the contents"
+            close = contents.locator(":scope > button.fl-dialog-close")
+            assert close.is_visible() and close.inner_text().strip() == "Close"
+            _scroll_through(page)
+            contents.locator(".onthispage, nav").first.tap()  # a tap inside, on no link
+            page.keyboard.press("Escape")
+            if contents.evaluate("d => d.open"):
+                problems.append("Escape did not close the contents after a tap inside it")
+                page.evaluate("document.querySelector('#pst-secondary-sidebar-modal').close()")
+            assert page.locator("div.bd-sidebar-secondary").count() == 1
+            _visible(page, ".secondary-toggle").tap()
+            links = contents.locator("nav.page-toc a.nav-link")
+            link = next(links.nth(i) for i in range(links.count()) if links.nth(i).is_visible()
+                        and i > 0)
+            href = link.get_attribute("href")
+            link.tap()
+            page.wait_for_timeout(300)
+            if contents.evaluate("d => d.open"):
+                problems.append(f"picking {href} left the contents open")
+            if not page.url.endswith(href):
+                problems.append(f"picking {href} went to {page.url}")
+            focused = page.evaluate("document.activeElement.id")
+            if focused != href.lstrip("#"):
+                problems.append(f"after picking {href} the focus is on #{focused}")
+        menu = page.locator("#pst-primary-sidebar-modal")
+        _visible(page, ".primary-toggle").tap()
+        assert menu.evaluate("d => d.open"), "the menu button did not open the navigation"
+        _scroll_through(page)
+        menu.locator(":scope > button.fl-dialog-close").tap()
+        if menu.evaluate("d => d.open"):
+            problems.append("the Close button did not close the navigation")
+        if not page.evaluate("document.activeElement.classList.contains('primary-toggle')"):
+            problems.append("closing the navigation did not return the focus to the menu button")
+        if page.locator("#pst-primary-sidebar nav.bd-links").count() != 1:
+            problems.append("the navigation did not go back to its sidebar")
+        _visible(page, ".primary-toggle").tap()
+        page.keyboard.press("Escape")
+        if menu.evaluate("d => d.open"):
+            problems.append("Escape did not close the navigation")
+    problems += p.errors
+    assert not problems, f"{entry}.html at {viewport['width']} px:\n  " + "\n  ".join(problems)
+
+
 def test_sidebar_toggle_hides_and_shows_the_sidebar_on_a_laptop(site, open_page):
     p = open_page(f"{site}/{CHAPTERS[0]}.html")
     page = p.page
