@@ -155,6 +155,7 @@
     ".bd-article .pst-scrollable-table-container",
     ".bd-article .table-wrapper",
     ".bd-article div.highlight > pre",
+    ".bd-article div.math > mjx-container[display='true']",
   ].join(",");
 
   const usedLabels = new Map();
@@ -213,9 +214,11 @@
       box.setAttribute("tabindex", "0");
       box.dataset.flScroll = "1";
     }
-    if (box.dataset.flScroll === "1") {
-      // A named region (a <figure> keeps its own role, which allows the name too).
-      if (!box.matches("figure")) box.setAttribute("role", "region");
+    // An equation is read by its own MathML (a label would replace it). An interactive figure is
+    // a named region (a landmark); a code box, an output or a table is a named group (not a
+    // landmark: a chapter has dozens); a <figure> keeps its own role, which allows the name too.
+    if (box.dataset.flScroll === "1" && !box.matches("mjx-container")) {
+      if (!box.matches("figure")) box.setAttribute("role", box.matches(".fl-explorer") ? "region" : "group");
       if (!box.hasAttribute("aria-label")) box.setAttribute("aria-label", unique(describe(box) + ", scrolls sideways"));
     }
     w.classList.toggle("fl-more-left", box.scrollLeft > 2);
@@ -324,7 +327,12 @@
     rememberDefaultFrames();
     addEnlargeButtons();
     updateAllScrollers();
-    window.addEventListener("load", updateAllScrollers);
+    window.addEventListener("load", () => {
+      updateAllScrollers();
+      // Display equations exist once MathJax has typeset them (it loads deferred).
+      const mj = window.MathJax;
+      if (mj && mj.startup && mj.startup.promise) mj.startup.promise.then(updateAllScrollers);
+    });
     let pending = null;
     window.addEventListener("resize", () => {
       clearTimeout(pending);
