@@ -624,9 +624,10 @@ def test_formulas_are_not_tab_stops_and_code_boxes_are_not_landmarks(site, open_
     inTabOrder is off (_config.yml), so only a display equation that scrolls is focusable, while
     each formula keeps its assistive MathML for screen readers. Scrolling code boxes are named
     groups, not region landmarks. Tab stops from the top of the page to the "next" link at
-    1280 px, measured 2026-11-28 on executed builds: ch02 160, ch04 228, ch05 159 (from 370-430
-    before; most of the rest are the copy buttons, 76 in ch04, and the scrolling code boxes, 34):
-    bounded here at 250, above the issue's target of 60."""
+    1280 px, measured 2026-11-28 on executed builds: ch02 133, ch04 196, ch05 139 (from 370-430
+    before; copy buttons are on code only, not on printed outputs). Most of the rest in ch04 are
+    links in the text (54), copy buttons (44) and scrolling code boxes (34): bounded here at 250,
+    above the issue's target of 60."""
     p = open_page(f"{site}/{entry}.html")
     page = p.page
     _wait_for_math(page)
