@@ -118,3 +118,20 @@ def test_diagram_text_is_large_enough_for_a_laptop():
         sizes = [float(v) for v in re.findall(r"font-size=[\"']([\d.]+)", text)]
         assert width <= 900, f"{svg.name}: viewBox {width} wide"
         assert sizes and min(sizes) >= 12, f"{svg.name}: font-size {min(sizes)} < 12"
+
+
+def test_quiz_options_show_no_raw_markdown():
+    """A quiz option is the summary of a <details> block: raw HTML, where Markdown is not rendered,
+    so code in it is written <code>...</code> (a backtick would show as a backtick)."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "book").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                found += [f"{path.name}: {s}" for s in re.findall(r"<summary>([^<]*[`*][^<]*)</summary>", cell.source)]
+    assert not found, found
