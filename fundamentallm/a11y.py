@@ -83,7 +83,7 @@ def _tick_labels(axis) -> list[str]:
     labels = [t for t in labels if t]
     if not labels:
         return []
-    numeric = re.compile(r"^[\u2212+-]?[\d.,]+(e[\u2212+-]?\d+)?%?$|^10\^?[\u2212+-]?\d+$")
+    numeric = re.compile(r"^[\u2212+-]?[\d.,]+(e[\u2212+-]?\d+)?%?$|^10\^?[\u2212+-]?\d+$|^\d+\^[\u2212+-]?\d+$")
     if all(numeric.match(t.replace(" ", "")) for t in labels):
         return []
     return labels
@@ -97,7 +97,7 @@ def _list(items: list[str], limit: int = MAX_LABELS) -> str:
 def _axis_phrase(ax, which: str) -> str:
     """An axis's label (and log scale), or '' when it has no label."""
     label = _clean(getattr(ax, f"get_{which}label")())
-    if label and getattr(ax, f"get_{which}scale")() == "log":
+    if label and getattr(ax, f"get_{which}scale")() == "log" and "log" not in label.lower():
         label += " (log scale)"
     return label
 
@@ -131,7 +131,9 @@ def _describe_axes(ax, colorbars: dict) -> str:
     x, y = _axis_phrase(ax, "x"), _axis_phrase(ax, "y")
     kind = " and ".join(kinds)
     if ax.images:
-        parts.append(f"{kind}" + (f", {y or 'rows'} (rows) by {x or 'columns'} (columns)" if x or y else ""))
+        rows = f"{y} (rows)" if y and y.lower() != "rows" else "rows"
+        columns = f"{x} (columns)" if x and x.lower() != "columns" else "columns"
+        parts.append(f"{kind}" + (f", {rows} by {columns}" if x or y else ""))
     else:
         parts.append(f"{kind} of {y or 'values'}" + (f" against {x}" if x else ""))
     if ax.images:

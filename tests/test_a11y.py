@@ -135,3 +135,20 @@ def test_quiz_options_show_no_raw_markdown():
             if cell.cell_type == "markdown":
                 found += [f"{path.name}: {s}" for s in re.findall(r"<summary>([^<]*[`*][^<]*)</summary>", cell.source)]
     assert not found, found
+
+
+def test_descriptions_do_not_repeat_themselves():
+    """No "(log scale) (log scale)" when a label already says log, no "rows (rows)", and powers of
+    two on a log axis are numbers, not category names."""
+    fig, (line, heat) = plt.subplots(1, 2)
+    line.plot([0.5, 1, 2, 4], [1.0, 0.5, 0.3, 0.2])
+    line.set_xscale("log", base=2)
+    line.set(xlabel="batch size", ylabel="loss (log scale)")
+    line.set_yscale("log")
+    heat.imshow(np.eye(3))
+    heat.set(ylabel="rows")
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    plt.close(fig)
+    assert "(log scale) (log scale)" not in text and "rows (rows)" not in text, text
+    assert "2^" not in text and "batch size (log scale) from 0.5 to 4" in text, text
