@@ -393,6 +393,24 @@ def _page_fixes(app, pagename, templatename, context, doctree) -> None:
     context["body"] = body
 
 
+def _mathjax_only_with_math(app, pagename, templatename, context, doctree) -> None:
+    """MathJax (1.16 MB) only on pages that show math: myst-nb asks Sphinx to put it on every page,
+    the intro and the instructors' pages included, which have none."""
+    body = context.get("body")
+    scripts = context.get("script_files")
+    if not isinstance(body, str) or not isinstance(scripts, list):
+        return
+    if any(marker in body for marker in ('class="math', "\\(", "\\[", "$", "mjx-")):
+        return
+
+    def is_mathjax(script) -> bool:
+        name = str(getattr(script, "filename", script) or "")
+        inline = str(getattr(script, "attributes", {}).get("body", ""))
+        return "mathjax" in name.lower() or "MathJax" in inline
+
+    context["script_files"] = [s for s in scripts if not is_mathjax(s)]
+
+
 STUB = ("/* FundamentaLLM: the theme's fontawesome.js (1.5 MB: all of Font Awesome) is replaced by the few "
         "icons the book shows, as inline SVG: _static/fundamentallm-icons.js. */\n")
 
@@ -424,5 +442,6 @@ def setup(app):
     app.connect("doctree-read", _image_alt, priority=600)  # after the image collector (500)
     app.connect("doctree-read", _wide_diagrams)
     app.connect("html-page-context", _page_fixes)
+    app.connect("html-page-context", _mathjax_only_with_math, priority=900)  # after sphinx.ext.mathjax
     app.connect("build-finished", _small_icons)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -413,6 +413,8 @@ def test_index_redirects_to_the_intro_and_lists_every_page(site, open_page):
         name = Path(entry).name
         assert any(href and href.split("#")[0].endswith(f"{name}.html") for href in nav), \
             f"the sidebar does not link {entry}: {nav}"
+    # The intro shows no math: MathJax (1.16 MB) is not loaded (fundamentallm.a11y).
+    assert not page.locator("script[src*='mathjax']").count(), "the intro loads MathJax"
     n_numbered = page.locator("nav.bd-links a.reference.internal", has_text=re.compile(r"^\d+\.\s")).count()
     assert n_numbered == len([e for e in _toc_entries() if re.match(r"book/\d\d_", e)])
     assert not p.errors, p.errors
@@ -649,6 +651,20 @@ def test_formulas_are_not_tab_stops_and_code_boxes_are_not_landmarks(site, open_
     else:
         pytest.fail(f"{entry}.html: the next link is not reached in 400 Tab stops")
     assert n <= 250, f"{entry}.html: {n} Tab stops to the next chapter"
+    assert not p.errors, p.errors
+
+
+def test_colour_switch_toggles_light_and_dark(site, open_page):
+    """Each click on the colour-mode switch changes the colours (the theme's cycle went light ->
+    auto first, which on a light system looks the same: the first click seemed dead)."""
+    p = open_page(f"{site}/{CHAPTERS[0]}.html")
+    page = p.page
+    switch = _visible(page, ".theme-switch-button")
+    seen = [page.evaluate("document.documentElement.dataset.theme")]
+    for _ in range(3):
+        switch.click()
+        seen.append(page.evaluate("document.documentElement.dataset.theme"))
+    assert seen == ["light", "dark", "light", "dark"], seen
     assert not p.errors, p.errors
 
 
