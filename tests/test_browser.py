@@ -749,6 +749,10 @@ def test_print_wraps_code_and_leaves_solutions_out(site, open_page):
         cut = page.eval_on_selector_all("article pre", """els => els.filter(e =>
             e.scrollWidth > e.clientWidth + 1).map(e => e.textContent.trim().slice(0, 60))""")
         assert not cut, f"{entry}: code cut at the right edge in print: {cut[:3]}"
+        # Quiz options print as boxes to tick, not as disclosure triangles.
+        triangles = page.eval_on_selector_all("article details:not([class]) > summary", """els => els.filter(e =>
+            getComputedStyle(e).listStyleType !== 'none' || !getComputedStyle(e, '::before').content.includes('\u2610')).length""")
+        assert not triangles, f"{entry}: {triangles} quiz options print as triangles"
         solutions = page.locator("article div.solution")
         assert solutions.count() >= 3
         for i in range(solutions.count()):
