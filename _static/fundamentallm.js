@@ -24,25 +24,52 @@
 
   /* 1. Sidebar buttons ------------------------------------------------------------------------ */
   const WIDE = "(min-width: 992px)";
+  const SIDEBAR_DIALOG = "#pst-primary-sidebar-modal, #pst-secondary-sidebar-modal";
 
-  function moveInto(from, to) {
-    Array.from(from.childNodes).forEach((node) => to.appendChild(node));
-    Array.from(from.classList).forEach((name) => {
-      from.classList.remove(name);
-      to.classList.add(name);
-    });
+  // The sidebar keeps its classes while its content is shown in the dialog (the dialog gets a
+  // copy, for the theme's styles): the theme's scripts look the sidebars up by class
+  // (sphinx-book-theme: "div.bd-sidebar-secondary", when a wide figure scrolls into view), and
+  // found nothing while the panel was open.
+  function closeButton(dialog) {
+    let button = document.querySelector(`#${dialog.id} .fl-dialog-close, #${dialog.id.replace("-modal", "")} .fl-dialog-close`);
+    if (!button) {
+      button = document.createElement("button");
+      button.type = "button";
+      button.className = "fl-dialog-close";
+      button.textContent = "Close";
+      button.addEventListener("click", () => dialog.close());
+    }
+    if (button.parentElement !== dialog) dialog.prepend(button);
+    return button;
   }
 
   function openInDialog(sidebar, dialog, button) {
     if (dialog.open) return;
-    moveInto(sidebar, dialog);
+    const close = closeButton(dialog);
+    Array.from(sidebar.childNodes).forEach((node) => dialog.appendChild(node));
+    Array.from(sidebar.classList).forEach((name) => dialog.classList.add(name));
     dialog.setAttribute("aria-label", button.classList.contains("primary-toggle")
       ? "Site navigation" : "Contents of this page");
     dialog.addEventListener("close", () => {
-      moveInto(dialog, sidebar);
-      button.focus();
+      // The theme's own "close" listener may have moved everything back already, the close
+      // button included: the button stays with the dialog, the rest goes back to the sidebar.
+      Array.from(dialog.childNodes).forEach((node) => { if (node !== close) sidebar.appendChild(node); });
+      if (close.parentElement !== dialog) dialog.prepend(close);
+      Array.from(dialog.classList).forEach((name) => {
+        dialog.classList.remove(name);
+        sidebar.classList.add(name);
+      });
+      const target = dialog._flTarget;
+      dialog._flTarget = null;
+      if (target) {  // a section of this page was picked: the keyboard continues from there
+        if (!target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
+        target.focus({ preventScroll: true });
+      } else {
+        button.focus({ preventScroll: true });
+      }
     }, { once: true });
     dialog.showModal();
+    close.focus({ preventScroll: true });
   }
 
   document.addEventListener("click", (event) => {
@@ -63,6 +90,29 @@
     openInDialog(sidebar, dialog, button);
   }, true);
 
+  // Picking a link in the panel (a chapter, or a section of this page) closes it, as the theme's
+  // own panel does on a small screen; the link is followed as usual.
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest && event.target.closest("a[href]");
+    const dialog = link && link.closest(SIDEBAR_DIALOG);
+    if (!dialog || !dialog.open) return;
+    const url = new URL(link.href, location.href);
+    if (url.pathname === location.pathname && url.hash) {
+      dialog._flTarget = document.getElementById(decodeURIComponent(url.hash.slice(1)));
+    }
+    dialog.close();
+  });
+
+  // Escape closes the panel wherever the focus is (a tap inside it can leave the focus on the
+  // page behind, where the dialog's own Escape handling never sees the key).
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    const open = Array.from(document.querySelectorAll(SIDEBAR_DIALOG)).find((d) => d.open);
+    if (!open) return;
+    event.preventDefault();
+    open.close();
+  }, true);
+
   // A click on the dialog's backdrop (outside its box) closes it.
   document.addEventListener("click", (event) => {
     const dialog = event.target;
@@ -72,6 +122,19 @@
     const inside = event.clientX >= r.left && event.clientX <= r.right && event.clientY >= r.top && event.clientY <= r.bottom;
     if (!inside || dialog.classList.contains("fl-zoom")) dialog.close();
   });
+
+  // The colour-mode switch toggles light and dark. The theme's cycles light -> auto -> dark, and
+  // "auto" on a light system looks the same as light: the first click seemed to do nothing. The
+  // stored mode is set so that the theme's own handler, which runs next, lands on the other one.
+  document.addEventListener("click", (event) => {
+    if (!(event.target.closest && event.target.closest(".theme-switch-button"))) return;
+    const dark = window.matchMedia("(prefers-color-scheme: dark)").matches;
+    const cycle = dark ? ["auto", "light", "dark"] : ["auto", "dark", "light"];  // the theme's order
+    const want = document.documentElement.dataset.theme === "dark" ? "light" : "dark";
+    try {
+      localStorage.setItem("mode", cycle[(cycle.indexOf(want) + cycle.length - 1) % cycle.length]);
+    } catch (e) { /* no storage: the theme cycles as it does */ }
+  }, true);
 
   onReady(() => {
     document.querySelectorAll(".primary-toggle").forEach((b) => {
@@ -92,6 +155,7 @@
     ".bd-article .pst-scrollable-table-container",
     ".bd-article .table-wrapper",
     ".bd-article div.highlight > pre",
+    ".bd-article div.math > mjx-container[display='true']",
   ].join(",");
 
   const usedLabels = new Map();
@@ -150,9 +214,11 @@
       box.setAttribute("tabindex", "0");
       box.dataset.flScroll = "1";
     }
-    if (box.dataset.flScroll === "1") {
-      // A named region (a <figure> keeps its own role, which allows the name too).
-      if (!box.matches("figure")) box.setAttribute("role", "region");
+    // An equation is read by its own MathML (a label would replace it). An interactive figure is
+    // a named region (a landmark); a code box, an output or a table is a named group (not a
+    // landmark: a chapter has dozens); a <figure> keeps its own role, which allows the name too.
+    if (box.dataset.flScroll === "1" && !box.matches("mjx-container")) {
+      if (!box.matches("figure")) box.setAttribute("role", box.matches(".fl-explorer") ? "region" : "group");
       if (!box.hasAttribute("aria-label")) box.setAttribute("aria-label", unique(describe(box) + ", scrolls sideways"));
     }
     w.classList.toggle("fl-more-left", box.scrollLeft > 2);
@@ -261,7 +327,12 @@
     rememberDefaultFrames();
     addEnlargeButtons();
     updateAllScrollers();
-    window.addEventListener("load", updateAllScrollers);
+    window.addEventListener("load", () => {
+      updateAllScrollers();
+      // Display equations exist once MathJax has typeset them (it loads deferred).
+      const mj = window.MathJax;
+      if (mj && mj.startup && mj.startup.promise) mj.startup.promise.then(updateAllScrollers);
+    });
     let pending = null;
     window.addEventListener("resize", () => {
       clearTimeout(pending);

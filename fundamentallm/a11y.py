@@ -83,7 +83,7 @@ def _tick_labels(axis) -> list[str]:
     labels = [t for t in labels if t]
     if not labels:
         return []
-    numeric = re.compile(r"^[\u2212+-]?[\d.,]+(e[\u2212+-]?\d+)?%?$|^10\^?[\u2212+-]?\d+$")
+    numeric = re.compile(r"^[\u2212+-]?[\d.,]+(e[\u2212+-]?\d+)?%?$|^10\^?[\u2212+-]?\d+$|^\d+\^[\u2212+-]?\d+$")
     if all(numeric.match(t.replace(" ", "")) for t in labels):
         return []
     return labels
@@ -97,7 +97,7 @@ def _list(items: list[str], limit: int = MAX_LABELS) -> str:
 def _axis_phrase(ax, which: str) -> str:
     """An axis's label (and log scale), or '' when it has no label."""
     label = _clean(getattr(ax, f"get_{which}label")())
-    if label and getattr(ax, f"get_{which}scale")() == "log":
+    if label and getattr(ax, f"get_{which}scale")() == "log" and "log" not in label.lower():
         label += " (log scale)"
     return label
 
@@ -131,7 +131,9 @@ def _describe_axes(ax, colorbars: dict) -> str:
     x, y = _axis_phrase(ax, "x"), _axis_phrase(ax, "y")
     kind = " and ".join(kinds)
     if ax.images:
-        parts.append(f"{kind}" + (f", {y or 'rows'} (rows) by {x or 'columns'} (columns)" if x or y else ""))
+        rows = f"{y} (rows)" if y and y.lower() != "rows" else "rows"
+        columns = f"{x} (columns)" if x and x.lower() != "columns" else "columns"
+        parts.append(f"{kind}" + (f", {rows} by {columns}" if x or y else ""))
     else:
         parts.append(f"{kind} of {y or 'values'}" + (f" against {x}" if x else ""))
     if ax.images:
@@ -391,6 +393,24 @@ def _page_fixes(app, pagename, templatename, context, doctree) -> None:
     context["body"] = body
 
 
+def _mathjax_only_with_math(app, pagename, templatename, context, doctree) -> None:
+    """MathJax (1.16 MB) only on pages that show math: myst-nb asks Sphinx to put it on every page,
+    the intro and the instructors' pages included, which have none."""
+    body = context.get("body")
+    scripts = context.get("script_files")
+    if not isinstance(body, str) or not isinstance(scripts, list):
+        return
+    if any(marker in body for marker in ('class="math', "\\(", "\\[", "$", "mjx-")):
+        return
+
+    def is_mathjax(script) -> bool:
+        name = str(getattr(script, "filename", script) or "")
+        inline = str(getattr(script, "attributes", {}).get("body", ""))
+        return "mathjax" in name.lower() or "MathJax" in inline
+
+    context["script_files"] = [s for s in scripts if not is_mathjax(s)]
+
+
 STUB = ("/* FundamentaLLM: the theme's fontawesome.js (1.5 MB: all of Font Awesome) is replaced by the few "
         "icons the book shows, as inline SVG: _static/fundamentallm-icons.js. */\n")
 
@@ -422,5 +442,6 @@ def setup(app):
     app.connect("doctree-read", _image_alt, priority=600)  # after the image collector (500)
     app.connect("doctree-read", _wide_diagrams)
     app.connect("html-page-context", _page_fixes)
+    app.connect("html-page-context", _mathjax_only_with_math, priority=900)  # after sphinx.ext.mathjax
     app.connect("build-finished", _small_icons)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -118,3 +118,37 @@ def test_diagram_text_is_large_enough_for_a_laptop():
         sizes = [float(v) for v in re.findall(r"font-size=[\"']([\d.]+)", text)]
         assert width <= 900, f"{svg.name}: viewBox {width} wide"
         assert sizes and min(sizes) >= 12, f"{svg.name}: font-size {min(sizes)} < 12"
+
+
+def test_quiz_options_show_no_raw_markdown():
+    """A quiz option is the summary of a <details> block: raw HTML, where Markdown is not rendered,
+    so code in it is written <code>...</code> (a backtick would show as a backtick)."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "book").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                found += [f"{path.name}: {s}" for s in re.findall(r"<summary>([^<]*[`*][^<]*)</summary>", cell.source)]
+    assert not found, found
+
+
+def test_descriptions_do_not_repeat_themselves():
+    """No "(log scale) (log scale)" when a label already says log, no "rows (rows)", and powers of
+    two on a log axis are numbers, not category names."""
+    fig, (line, heat) = plt.subplots(1, 2)
+    line.plot([0.5, 1, 2, 4], [1.0, 0.5, 0.3, 0.2])
+    line.set_xscale("log", base=2)
+    line.set(xlabel="batch size", ylabel="loss (log scale)")
+    line.set_yscale("log")
+    heat.imshow(np.eye(3))
+    heat.set(ylabel="rows")
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    plt.close(fig)
+    assert "(log scale) (log scale)" not in text and "rows (rows)" not in text, text
+    assert "2^" not in text and "batch size (log scale) from 0.5 to 4" in text, text

@@ -413,6 +413,8 @@ def test_index_redirects_to_the_intro_and_lists_every_page(site, open_page):
         name = Path(entry).name
         assert any(href and href.split("#")[0].endswith(f"{name}.html") for href in nav), \
             f"the sidebar does not link {entry}: {nav}"
+    # The intro shows no math: MathJax (1.16 MB) is not loaded (fundamentallm.a11y).
+    assert not page.locator("script[src*='mathjax']").count(), "the intro loads MathJax"
     n_numbered = page.locator("nav.bd-links a.reference.internal", has_text=re.compile(r"^\d+\.\s")).count()
     assert n_numbered == len([e for e in _toc_entries() if re.match(r"book/\d\d_", e)])
     assert not p.errors, p.errors
@@ -515,6 +517,157 @@ def test_menu_and_contents_buttons_work_on_phones_and_tablets(site, open_page, w
     assert not p.errors, p.errors
 
 
+def _scroll_through(page) -> None:
+    """Scroll from the top of the page to the bottom and back in steps, so that every observer
+    (the theme hides its contents column while a wide figure is on screen) fires."""
+    height = page.evaluate("document.documentElement.scrollHeight")
+    for y in list(range(0, height, 700)) + [0]:
+        page.evaluate(f"window.scrollTo(0, {y})")
+        page.wait_for_timeout(20)
+    page.wait_for_timeout(100)
+
+
+@pytest.mark.parametrize("viewport", [LAPTOP, PHONE], ids=["1280px", "390px"])
+@pytest.mark.parametrize("entry", PAGES, ids=[Path(e).name for e in PAGES])
+def test_navigation_panels_work_without_a_page_error(site, open_page, entry, viewport):
+    """Every page, at 1280 and 390 px, with its navigation used: no page error or console error.
+    On a phone each panel ("Contents", the menu) opens as a dialog with a Close button; the page
+    scrolls under the open panel without a script error (sphinx-book-theme looks the contents
+    column up by class when a wide figure comes into view); Escape closes it even after a tap
+    inside it; picking a section closes it, follows the link and moves the keyboard focus to that
+    section; the Close button closes it and returns the focus to the button that opened it. On a
+    laptop the sidebar toggle hides and shows the sidebar while the page is scrolled."""
+    p = open_page(f"{site}/{entry}.html", viewport)
+    page, problems = p.page, []
+    if viewport is LAPTOP:
+        toggle = _visible(page, ".primary-toggle")
+        for _ in range(2):
+            toggle.click()
+            page.wait_for_timeout(350)
+            _scroll_through(page)
+        assert page.locator("#pst-primary-sidebar").is_visible()
+    else:
+        contents = page.locator("#pst-secondary-sidebar-modal")
+        has_toc = any(page.locator(".secondary-toggle").nth(i).is_visible()
+                      for i in range(page.locator(".secondary-toggle").count()))
+        if has_toc:
+            _visible(page, ".secondary-toggle").tap()
+            assert contents.evaluate("d => d.open"), "the Contents button did not open the contents"
+            close = contents.locator(":scope > button.fl-dialog-close")
+            assert close.is_visible() and close.inner_text().strip() == "Close"
+            _scroll_through(page)
+            contents.locator(".onthispage, nav").first.tap()  # a tap inside, on no link
+            page.keyboard.press("Escape")
+            if contents.evaluate("d => d.open"):
+                problems.append("Escape did not close the contents after a tap inside it")
+                page.evaluate("document.querySelector('#pst-secondary-sidebar-modal').close()")
+            assert page.locator("div.bd-sidebar-secondary").count() == 1
+            _visible(page, ".secondary-toggle").tap()
+            links = contents.locator("nav.page-toc a.nav-link")
+            link = next(links.nth(i) for i in range(links.count()) if links.nth(i).is_visible()
+                        and i > 0)
+            href = link.get_attribute("href")
+            link.tap()
+            page.wait_for_timeout(300)
+            if contents.evaluate("d => d.open"):
+                problems.append(f"picking {href} left the contents open")
+            if not page.url.endswith(href):
+                problems.append(f"picking {href} went to {page.url}")
+            focused = page.evaluate("document.activeElement.id")
+            if focused != href.lstrip("#"):
+                problems.append(f"after picking {href} the focus is on #{focused}")
+        menu = page.locator("#pst-primary-sidebar-modal")
+        _visible(page, ".primary-toggle").tap()
+        assert menu.evaluate("d => d.open"), "the menu button did not open the navigation"
+        _scroll_through(page)
+        menu.locator(":scope > button.fl-dialog-close").tap()
+        if menu.evaluate("d => d.open"):
+            problems.append("the Close button did not close the navigation")
+        if not page.evaluate("document.activeElement.classList.contains('primary-toggle')"):
+            problems.append("closing the navigation did not return the focus to the menu button")
+        if page.locator("#pst-primary-sidebar nav.bd-links").count() != 1:
+            problems.append("the navigation did not go back to its sidebar")
+        _visible(page, ".primary-toggle").tap()
+        page.keyboard.press("Escape")
+        if menu.evaluate("d => d.open"):
+            problems.append("Escape did not close the navigation")
+    problems += p.errors
+    assert not problems, f"{entry}.html at {viewport['width']} px:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=[Path(e).name for e in CHAPTERS])
+def test_display_equations_too_wide_for_a_phone_say_they_scroll(site, open_page, entry):
+    """At 390 px a display equation wider than the column (about two thirds of them in ch02, ch04
+    and ch05 on 2026-11-28: 14 of 21) scrolls in its own box: the box shows the "scroll" hint and
+    a shadow, and takes the keyboard (focusable), so that an equation is never cut off silently."""
+    p = open_page(f"{site}/{entry}.html", PHONE)
+    page = p.page
+    if not page.locator("article div.math").count():
+        pytest.skip("no display equation")
+    _wait_for_math(page)
+    page.wait_for_timeout(300)
+    silent = page.eval_on_selector_all("article div.math mjx-container[display='true']", """els => els.flatMap(m => {
+        const math = m.querySelector('mjx-math'), column = m.closest('div.math').getBoundingClientRect();
+        const over = m.scrollWidth - m.clientWidth > 2 || math.getBoundingClientRect().right > column.right + 1;
+        if (!over) return [];
+        const wrap = m.parentElement.classList.contains('fl-scroll') ? m.parentElement : null;
+        const hint = wrap && wrap.querySelector('.fl-scroll-hint');
+        const scrolls = ['auto', 'scroll'].includes(getComputedStyle(m).overflowX);
+        const ok = scrolls && hint && getComputedStyle(hint).display !== 'none' && m.tabIndex === 0;
+        return ok ? [] : [(m.closest('div.math').id || 'an unlabelled equation') + ': ' + m.textContent.slice(0, 30)];
+    })""")
+    assert not silent, f"{entry}.html at 390 px: equations cut off with no sign that they scroll: {silent}"
+    assert not p.errors, p.errors
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=[Path(e).name for e in CHAPTERS])
+def test_formulas_are_not_tab_stops_and_code_boxes_are_not_landmarks(site, open_page, entry):
+    """A keyboard user tabs through links and controls, not formulas: MathJax's menu setting
+    inTabOrder is off (_config.yml), so only a display equation that scrolls is focusable, while
+    each formula keeps its assistive MathML for screen readers. Scrolling code boxes are named
+    groups, not region landmarks. Tab stops from the top of the page to the "next" link at
+    1280 px, measured 2026-11-28 on executed builds: ch02 133, ch04 196, ch05 139 (from 370-430
+    before; copy buttons are on code only, not on printed outputs). Most of the rest in ch04 are
+    links in the text (54), copy buttons (44) and scrolling code boxes (34): bounded here at 250,
+    above the issue's target of 60."""
+    p = open_page(f"{site}/{entry}.html")
+    page = p.page
+    _wait_for_math(page)
+    page.wait_for_timeout(300)
+    stops = page.evaluate("""() => [...document.querySelectorAll('article mjx-container')].filter(m =>
+        m.tabIndex >= 0 && !(m.parentElement.classList.contains('fl-scroll'))).length""")
+    assert stops == 0, f"{entry}.html: {stops} formulas are Tab stops"
+    unread = page.evaluate("""() => [...document.querySelectorAll('article mjx-container')].filter(m =>
+        !m.querySelector('mjx-assistive-mml math') && !m.getAttribute('aria-label')).length""")
+    assert unread == 0, f"{entry}.html: {unread} formulas have nothing for a screen reader"
+    regions = page.eval_on_selector_all("article [role=region]", "els => els.map(e => e.getAttribute('aria-label'))")
+    assert not [r for r in regions if r and r.startswith("Code")], f"code boxes as landmarks: {regions}"
+    page.evaluate("window.scrollTo(0, 0)")
+    n = 0
+    for n in range(1, 400):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.matches('a.right-next')"):
+            break
+    else:
+        pytest.fail(f"{entry}.html: the next link is not reached in 400 Tab stops")
+    assert n <= 250, f"{entry}.html: {n} Tab stops to the next chapter"
+    assert not p.errors, p.errors
+
+
+def test_colour_switch_toggles_light_and_dark(site, open_page):
+    """Each click on the colour-mode switch changes the colours (the theme's cycle went light ->
+    auto first, which on a light system looks the same: the first click seemed dead)."""
+    p = open_page(f"{site}/{CHAPTERS[0]}.html")
+    page = p.page
+    switch = _visible(page, ".theme-switch-button")
+    seen = [page.evaluate("document.documentElement.dataset.theme")]
+    for _ in range(3):
+        switch.click()
+        seen.append(page.evaluate("document.documentElement.dataset.theme"))
+    assert seen == ["light", "dark", "light", "dark"], seen
+    assert not p.errors, p.errors
+
+
 def test_sidebar_toggle_hides_and_shows_the_sidebar_on_a_laptop(site, open_page):
     p = open_page(f"{site}/{CHAPTERS[0]}.html")
     page = p.page
@@ -596,6 +749,10 @@ def test_print_wraps_code_and_leaves_solutions_out(site, open_page):
         cut = page.eval_on_selector_all("article pre", """els => els.filter(e =>
             e.scrollWidth > e.clientWidth + 1).map(e => e.textContent.trim().slice(0, 60))""")
         assert not cut, f"{entry}: code cut at the right edge in print: {cut[:3]}"
+        # Quiz options print as boxes to tick, not as disclosure triangles.
+        triangles = page.eval_on_selector_all("article details:not([class]) > summary", """els => els.filter(e =>
+            getComputedStyle(e).listStyleType !== 'none' || !getComputedStyle(e, '::before').content.includes('\u2610')).length""")
+        assert not triangles, f"{entry}: {triangles} quiz options print as triangles"
         solutions = page.locator("article div.solution")
         assert solutions.count() >= 3
         for i in range(solutions.count()):
