@@ -9,6 +9,7 @@ import importlib
 import inspect
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -57,7 +58,7 @@ def _passes(check, args) -> bool:
         return False
 
 
-@pytest.mark.parametrize("chapter", [f"ch{n:02d}" for n in range(1, 16)])
+@pytest.mark.parametrize("chapter", sorted(p.stem for p in (Path(core.__file__).parent).glob("ch[0-9][0-9].py")))
 def test_no_check_passes_nan_or_infinity(chapter):
     module = importlib.import_module(f"fundamentallm.checks.{chapter}")
     names = [n for n, f in vars(module).items() if n.startswith("check_") and n in core.CHECKS
