@@ -644,7 +644,7 @@ def test_formulas_are_not_tab_stops_and_code_boxes_are_not_landmarks(site, open_
     assert not [r for r in regions if r and r.startswith("Code")], f"code boxes as landmarks: {regions}"
     page.evaluate("window.scrollTo(0, 0)")
     n = 0
-    for n in range(1, 400):
+    for n in range(1, 400):  # noqa: B007 (n, read after the loop, counts the Tab stops)
         page.keyboard.press("Tab")
         if page.evaluate("document.activeElement.matches('a.right-next')"):
             break

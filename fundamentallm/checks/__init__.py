@@ -27,10 +27,10 @@ from . import (
     ch16,
 )
 from .core import (
+    BY_HAND,
     CHECKS,
     FORBIDDEN,
     SELF_CHECK,
-    BY_HAND,
     CheckFailed,
     NotAttempted,
     assert_same,
