@@ -23,7 +23,13 @@ _DPO_LOSS_PARTS = ("torch.log", "torch.log1p", "torch.log2", "torch.log10", "tor
                    "torch.nn.functional.softplus", "torch.nn.functional.binary_cross_entropy_with_logits",
                    "torch.nn.functional.binary_cross_entropy", "torch.nn.functional.cross_entropy",
                    "math.log", "math.log1p", "math.log2", "math.log10",
+                   # a log under another name: x log y, the entropy term -x log x, the logit
+                   "torch.xlogy", "torch.special.xlog1py", "torch.special.entr", "torch.logit",
                    "fundamentallm.posttrain.dpo_loss")
+# NumPy's ufuncs (np.log, np.minimum, np.nextafter) are invisible to the profiler that enforces
+# these lists: a finite difference through them is caught by the checks' inputs instead (margins
+# and ratios so large that a fixed step is lost in rounding, advantages so small that the
+# difference underflows), as is one written with functions no list names.
 _CLIP_OBJECTIVE_PARTS = ("torch.min", "torch.minimum", "torch.max", "torch.maximum", "torch.fmin",
                          "torch.fmax", "torch.amin", "torch.amax", "torch.clamp", "torch.clip",
                          "torch.clamp_min", "torch.clamp_max", "builtins.min", "builtins.max",
@@ -124,14 +130,21 @@ def check_dpo_gradients(dpo_gradients: Callable) -> str:
              ("margins from -3 to 3, beta=0.1", 0.1, torch.linspace(-3, 3, 7)),
              ("random margins, a random beta", float(torch.rand(1, generator=gen)) * 2 + 0.05,
               torch.randn(6, generator=gen) * 4),
-             ("pairs ranked right or wrong by a wide margin, beta=1", 1.0, torch.tensor([-40.0, 40.0, 200.0]))]
+             ("pairs ranked right or wrong by a wide margin, beta=1", 1.0, torch.tensor([-40.0, 40.0, 200.0])),
+             # a finite difference with a fixed step loses the step in the margin's rounding here
+             ("margins of -1e12 and 1e12, beta=0.2", 0.2, torch.tensor([-1e12, 1e12, -1e9, 1e9, 0.0])),
+             # float64: a formula derived on paper is exact to a few units in the last place (about
+             # 1e-16 of beta); a difference quotient of the loss, even extrapolated, is off by 1e-13
+             # or more
+             ("float64 margins from -30 to 30, beta=0.3", 0.3,
+              torch.tensor([-30.0, -7.5, -2.0, -0.6, -0.1, 0.0, 0.25, 1.0, 3.3, 9.0, 30.0], dtype=torch.float64))]
     for what, beta, margin in cases:
         got = dpo_gradients(beta, margin.clone())
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
             raise CheckFailed(f"{what}: return two tensors, (d_chosen, d_rejected)")
         weight = torch.sigmoid(-margin)
         for name, g, expected in (("d_chosen", got[0], -beta * weight), ("d_rejected", got[1], beta * weight)):
-            g = torch.as_tensor(g, dtype=torch.float32)
+            g = torch.as_tensor(g, dtype=margin.dtype)
             check_shape(g, tuple(margin.shape), what=f"{name} for {what}")
             if not bool(torch.isfinite(g).all()):
                 raise CheckFailed(f"{what}: {name} is not finite; for wide margins compute the sigmoid stably")
@@ -139,6 +152,13 @@ def check_dpo_gradients(dpo_gradients: Callable) -> str:
                 raise CheckFailed(f"{what}: {name} is not the derivative of -log sigmoid(margin) with respect to "
                                   f"that log-probability; rethink how the margin depends on it (and on beta), "
                                   f"and how the derivative changes as the margin grows")
+            error = float((g - expected).abs().max())
+            if margin.dtype == torch.float64 and error > 4e-15 * beta:
+                raise CheckFailed(f"{what}: {name} is off by up to {error:.1e}: close, but on float64 margins the "
+                                  f"derivative's formula is exact to a few units in the last place (about "
+                                  f"{2.2e-16 * beta:.0e} here), and a numerical derivative of the loss is not; "
+                                  f"derive the formula and keep the margin's dtype (a float32 number such as "
+                                  f"torch.tensor(beta) rounds it)")
     return "every margin and beta, from the first step (policy = reference) to pairs already ranked"
 
 
@@ -204,7 +224,15 @@ def check_clip_stops_gradient(clip_stops_gradient: Callable) -> str:
              ("random ratios and advantages, eps=0.1", r2, torch.randn(4, 6, generator=gen), 0.1),
              ("ratios a few millionths from the clip's edges, eps=0.2", near, torch.tensor([1.0] * 4 + [-1.0] * 4), 0.2),
              ("float64 ratios one ulp from the clip's edges, eps=0.25", ulp,
-              torch.tensor([2.0] * 4 + [-0.5] * 4, dtype=torch.float64), 0.25)]
+              torch.tensor([2.0] * 4 + [-0.5] * 4, dtype=torch.float64), 0.25),
+             # a difference quotient of the objective: a fixed step is lost in the rounding of a huge
+             # ratio, and the difference of two tiny products underflows to zero
+             ("float64 ratios of 1e20 and 1e-20 (a probability that rose or fell 1e20-fold), eps=0.2",
+              torch.tensor([1e20, 1e20, 1e-20, 1e-20], dtype=torch.float64),
+              torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64), 0.2),
+             ("float64 advantages of +-1e-320 (only the sign of A matters), eps=0.2",
+              torch.tensor([0.5, 0.9, 1.1, 1.5] * 2, dtype=torch.float64),
+              torch.tensor([1e-320] * 4 + [-1e-320] * 4, dtype=torch.float64), 0.2)]
     for what, r, a, eps in cases:
         got = clip_stops_gradient(r.clone(), a.clone(), eps)
         x = r.clone().requires_grad_(True)
@@ -216,7 +244,7 @@ def check_clip_stops_gradient(clip_stops_gradient: Callable) -> str:
         check_shape(got, tuple(r.shape), what=f"mask for {what}")
         if not torch.equal(got, expected):
             i = int((got != expected).flatten().nonzero()[0])
-            raise CheckFailed(f"{what}: ratio {float(r.flatten()[i]):.7f}, advantage {float(a.flatten()[i]):+.3f}: "
+            raise CheckFailed(f"{what}: ratio {float(r.flatten()[i])!r}, advantage {float(a.flatten()[i]):+.3g}: "
                               f"wrong there; for each sign of A, which branch does the min pick on each side of "
                               f"1 - eps and 1 + eps, and does that branch depend on the ratio?")
     return "positive, negative and zero advantages, inside and outside the clip range"
@@ -449,3 +477,78 @@ def clip_stops_gradient(ratio, advantage, clip_eps):
             for r, a in zip(ratio.flatten(), advantage.flatten())]
     return torch.tensor(flat).reshape(ratio.shape)
 """, call="clip_stops_gradient", message=r"fractions|exact")
+wrong_answer("check_clip_stops_gradient", "method", "a difference quotient that calls the gradient zero where the "
+             "objective is flat on either side (torch.where, no min or clamp), h = 1e-9", """
+def clip_stops_gradient(ratio, advantage, clip_eps, h=1e-9):
+    r, a = ratio.double(), advantage.double()
+    def f(x):
+        c = torch.where(x > 1 + clip_eps, 1 + clip_eps, torch.where(x < 1 - clip_eps, 1 - clip_eps, x))
+        return torch.where(x * a < c * a, x * a, c * a)
+    return ((f(r + h) - f(r)) == 0) | ((f(r) - f(r - h)) == 0)
+""", call="clip_stops_gradient", message=r"1e20-fold")
+wrong_answer("check_clip_stops_gradient", "method", "the same one-sided differences through NumPy's minimum and clip", """
+def clip_stops_gradient(ratio, advantage, clip_eps, h=1e-9):
+    r, a = ratio.double().numpy(), advantage.double().numpy()
+    f = lambda x: np.minimum(x * a, np.clip(x, 1 - clip_eps, 1 + clip_eps) * a)
+    return torch.from_numpy(((f(r + h) - f(r)) == 0) | ((f(r) - f(r - h)) == 0))
+""", call="clip_stops_gradient", message=r"1e20-fold")
+wrong_answer("check_clip_stops_gradient", "method", "one-sided differences with the min written as v - relu(v - u) "
+             "and the clip as hardtanh", """
+def clip_stops_gradient(ratio, advantage, clip_eps, h=1e-9):
+    r, a = ratio.double(), advantage.double()
+    def f(x):
+        u, v = x * a, F.hardtanh(x, 1 - clip_eps, 1 + clip_eps) * a
+        return v - torch.relu(v - u)
+    return ((f(r + h) - f(r)) == 0) | ((f(r) - f(r - h)) == 0)
+""", call="clip_stops_gradient", message=r"1e20-fold")
+wrong_answer("check_clip_stops_gradient", "method", "one-sided differences with a step relative to the ratio, "
+             "h = 1e-9 max(1, |ratio|)", """
+def clip_stops_gradient(ratio, advantage, clip_eps):
+    r, a = ratio.double(), advantage.double()
+    h = 1e-9 * torch.where(r.abs() > 1, r.abs(), torch.ones_like(r))
+    def f(x):
+        c = torch.where(x > 1 + clip_eps, 1 + clip_eps, torch.where(x < 1 - clip_eps, 1 - clip_eps, x))
+        return torch.where(x * a < c * a, x * a, c * a)
+    return ((f(r + h) - f(r)) == 0) | ((f(r) - f(r - h)) == 0)
+""", call="clip_stops_gradient", message=r"1e-320")
+
+wrong_answer("check_dpo_gradients", "method", "a central finite difference of the loss through NumPy's logaddexp, "
+             "h = 1e-5", """
+def dpo_gradients(beta, margin, h=1e-5):
+    m = margin.double().numpy()
+    loss = lambda x: np.logaddexp(0.0, -x)
+    d = torch.from_numpy((loss(m + beta * h) - loss(m - beta * h)) / (2 * h)).to(margin.dtype)
+    return d, -d
+""", call="dpo_gradients", message=r"margins of -1e12")
+wrong_answer("check_dpo_gradients", "method", "the same with a step relative to the margin, h = 1e-5 max(1, |m|)", """
+def dpo_gradients(beta, margin):
+    m = margin.double().numpy()
+    h = 1e-5 * np.maximum(1.0, np.abs(m))
+    loss = lambda x: np.logaddexp(0.0, -x)
+    d = torch.from_numpy((loss(m + beta * h) - loss(m - beta * h)) / (2 * h)).to(margin.dtype)
+    return d, -d
+""", call="dpo_gradients", message=r"off by up to")
+wrong_answer("check_dpo_gradients", "method", "a Richardson-extrapolated difference quotient (fourth order) of the loss", """
+def dpo_gradients(beta, margin):
+    m = margin.double().numpy()
+    h = 1e-3 * np.maximum(1.0, np.abs(m))
+    loss = lambda x: np.logaddexp(0.0, -x)
+    D = lambda h: (loss(m + beta * h) - loss(m - beta * h)) / (2 * h)
+    d = torch.from_numpy((4 * D(h / 2) - D(h)) / 3).to(margin.dtype)
+    return d, -d
+""", call="dpo_gradients", message=r"off by up to")
+wrong_answer("check_dpo_gradients", "method", "a finite difference of the loss written with torch.special.xlogy", """
+def dpo_gradients(beta, margin, h=1e-5):
+    m = margin.double()
+    loss = lambda x: -torch.special.xlogy(torch.ones_like(x), torch.sigmoid(x))
+    d = ((loss(m + beta * h) - loss(m - beta * h)) / (2 * h)).to(margin.dtype)
+    return d, -d
+""", call="dpo_gradients", message=r"not to use torch.xlogy")
+wrong_answer("check_dpo_gradients", "method", "a finite difference of the loss written with torch.special.entr "
+             "(-p log p, divided by p)", """
+def dpo_gradients(beta, margin, h=1e-5):
+    m = margin.double()
+    loss = lambda x: torch.special.entr(torch.sigmoid(x)) / torch.sigmoid(x)
+    d = ((loss(m + beta * h) - loss(m - beta * h)) / (2 * h)).to(margin.dtype)
+    return d, -d
+""", call="dpo_gradients", message=r"not to use torch.special.entr")
