@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import sys
+from decimal import Decimal, localcontext
 from typing import Callable
 
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
+from .core import _STUDENT, CheckFailed, _frame_kind, assert_same, check_shape, exercise_check, rng
 from .predict import answer_given
 from .wrong import wrong_answer
 
@@ -65,26 +67,85 @@ def _jordan_norm_reference(lam: float, c: float, k: int) -> float:
     return float(torch.linalg.matrix_norm(torch.linalg.matrix_power(W, k), ord=2))
 
 
+def _jordan_norm_exact(lam: float, c: float, k: int) -> float:
+    """``||W^k||_2`` from the closed form, in 60-digit decimal arithmetic: the reference where
+    ``k`` is far too large for ``matrix_power`` to stay exact (its repeated squaring, like any
+    product of ``2 x 2`` matrices, piles up one rounding error per multiplication)."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        L, C = Decimal(lam), Decimal(c)
+        a = L ** k
+        b = abs(k * C * L ** (k - 1)) if k else Decimal(0)
+        return float((b + (b * b + 4 * a * a).sqrt()) / 2)
+
+
+class _LineBudget(Exception):
+    """The student's code ran more lines of Python than a closed form needs."""
+
+
+def _call_with_line_budget(fn: Callable, args: tuple, budget: int):
+    """``fn(*args)``, stopped with :class:`_LineBudget` once the student's frames have run more than
+    ``budget`` lines of Python (a loop over the ``k`` steps, where a closed form takes a few)."""
+    count = [0]
+
+    def local(frame, event, arg):
+        if event == "line":
+            count[0] += 1
+            if count[0] > budget:
+                raise _LineBudget
+        return local
+
+    def tracer(frame, event, arg):
+        return local if _frame_kind(frame.f_code) == _STUDENT else None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        return fn(*args)
+    finally:
+        sys.settrace(previous)
+
+
+# (lam, c, k) with k far beyond any loop: the closed form is exact to rounding there, a product of
+# 2 x 2 matrices (even by repeated squaring, 40-odd multiplications) is off by 1e-8 or more.
+_JORDAN_HUGE_K = ((1.0 - 1e-12, 1.3, 10 ** 13), (1.0 - 1e-9, -0.7, 3 * 10 ** 10))
+
+
 @exercise_check(forbidden=_NO_AUTOGRAD + _NO_LINALG, by_hand=True)
 def check_jordan_gradient_norm(jordan_gradient_norm: Callable) -> str:
     """``jordan_gradient_norm(lam, c, k)`` -> ``||W^k||_2`` for ``W = [[lam, c], [0, lam]]``, in
     closed form (no matrix power, norm or SVD routine, no autograd); compared with
-    ``matrix_power`` + ``matrix_norm`` on fresh ``(lam, c, k)``, including ``c < 0`` and ``k = 0``."""
+    ``matrix_power`` + ``matrix_norm`` on fresh ``(lam, c, k)``, including ``c < 0`` and ``k = 0``,
+    and with the exact closed form to 1e-12 at ``k = 10^13`` (where a product of matrices, even by
+    repeated squaring, is off by 1e-8); a loop over the ``k`` steps is stopped after 20,000 lines."""
     g = rng(410)
     u = torch.rand(8, 3, generator=g, dtype=torch.float64)
     cases = [(0.5 + 0.45 * float(a), (4 * float(b) - 2) or 0.5, int(3 + 60 * float(n))) for a, b, n in u]
     cases += [(0.9, -1.5 - float(u[0, 1]), 25), (0.8, 1.0 + float(u[1, 1]), 0), (0.95, 2.0, 1),
               (1.0 - 1e-5, 0.5 + float(u[2, 1]), 200_000)]
+    cases += list(_JORDAN_HUGE_K)
     for lam, c, k in cases:
         what = f"jordan_gradient_norm(lam={lam:.4g}, c={c:.4g}, k={k})"
-        got = jordan_gradient_norm(lam, c, k)
+        try:
+            got = _call_with_line_budget(jordan_gradient_norm, (lam, c, k), 20_000)
+        except _LineBudget:
+            raise CheckFailed(f"{what}: your function ran more than 20,000 lines of Python for one k. A "
+                              "loop over the steps (or over the powers of W) computes W^k; the exercise asks "
+                              "for ||W^k||_2 as a formula in lam, c and k: derive W^k's entries by induction "
+                              "on k") from None
         try:
             got = float(got)
         except (TypeError, ValueError):
             raise CheckFailed(f"{what}: return one number, got {type(got).__name__}") from None
-        expected = _jordan_norm_reference(lam, c, k)
-        if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-300):
+        huge = (lam, c, k) in _JORDAN_HUGE_K
+        expected = _jordan_norm_exact(lam, c, k) if huge else _jordan_norm_reference(lam, c, k)
+        if math.isclose(got, expected, rel_tol=1e-12 if huge else 1e-6, abs_tol=1e-300):
             continue
+        if huge and math.isclose(got, expected, rel_tol=1e-4):
+            raise CheckFailed(f"{what} = {got:.12g}: off by {abs(got / expected - 1):.1e} relative, where a "
+                              "closed form is exact to about 1e-16. A product of 2 x 2 matrices, even by "
+                              "repeated squaring, piles up one rounding error per multiplication; write "
+                              "W^k's entries as formulas in k (derive them by induction), then its norm")
         if math.isclose(got, lam ** k, rel_tol=1e-6):
             raise CheckFailed(f"{what} = {got:.6g}: that is rho^k, the eigenvalues' rule. W is not normal: "
                               "work out W^k entry by entry and see what its off-diagonal entry does")
@@ -94,7 +155,7 @@ def check_jordan_gradient_norm(jordan_gradient_norm: Callable) -> str:
         raise CheckFailed(f"{what} = {got:.6g} is not ||W^k||_2: derive W^k by induction on k, then the "
                           "largest singular value of an upper-triangular 2x2 matrix from the eigenvalues "
                           "of M^T M")
-    return f"||W^k||_2 in closed form on {len(cases)} fresh (lam, c, k), k up to 200,000"
+    return f"||W^k||_2 in closed form on {len(cases)} fresh (lam, c, k), k up to 10^13"
 
 
 def _leaky_case(d_h: int, d_in: int, T: int, alpha: float, g: torch.Generator, w_scale: float = 1.5):
@@ -299,6 +360,28 @@ def jordan_gradient_norm(lam, c, k):
     return float(mn(mp(W, k), ord=2))
 """, call="jordan_gradient_norm", message=r"matrix_power|matrix_norm")
 
+wrong_answer("check_jordan_gradient_norm", "method", "W^k by repeated squaring in plain Python, then sigma_max "
+             "of the 2x2 result by hand: a measurement of W^k, not a derivation", """
+def jordan_gradient_norm(lam, c, k):
+    def mul(A, B):
+        return [[A[0][0] * B[0][0] + A[0][1] * B[1][0], A[0][0] * B[0][1] + A[0][1] * B[1][1]],
+                [A[1][0] * B[0][0] + A[1][1] * B[1][0], A[1][0] * B[0][1] + A[1][1] * B[1][1]]]
+    M, P = [[1.0, 0.0], [0.0, 1.0]], [[lam, c], [0.0, lam]]
+    while k:
+        if k & 1:
+            M = mul(M, P)
+        P, k = mul(P, P), k >> 1
+    (p, q), (r, s) = M
+    t, d = p * p + q * q + r * r + s * s, (p * s - q * r) ** 2
+    return math.sqrt((t + math.sqrt(max(t * t - 4 * d, 0.0))) / 2)
+""", call="jordan_gradient_norm", message=r"repeated squaring")
+wrong_answer("check_jordan_gradient_norm", "method", "multiplies W into a 2x2 matrix k times, step by step", """
+def jordan_gradient_norm(lam, c, k):
+    a, b = 1.0, 0.0  # W^k = [[a, b], [0, a]]
+    for _ in range(k):
+        a, b = a * lam, a * c + b * lam
+    return (abs(b) + math.sqrt(b * b + 4 * a * a)) / 2
+""", call="jordan_gradient_norm", message=r"20,000 lines")
 wrong_answer("check_jordan_gradient_norm", "method", "numpy's matrix_power and 2-norm", """
 import numpy
 def jordan_gradient_norm(lam, c, k):

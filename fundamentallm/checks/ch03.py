@@ -56,14 +56,23 @@ def _random_scores(shape: tuple, scale: float, g: torch.Generator) -> torch.Tens
     return s.masked_fill(masked, float("-inf"))
 
 
-@exercise_check(forbidden=("torch.special.entr", "torch.softmax", "torch.log_softmax", "torch.distributions"))
+# Ways to take the logarithm of a weight (the weights' form -sum p ln p, which the exercise replaces by
+# the scores' form): ln Z comes from torch.logsumexp, and no other logarithm is needed.
+_NO_LOG = ("torch.log", "torch.log2", "torch.log10", "torch.log1p", "torch.xlogy", "torch.special.xlogy",
+           "torch.special.xlog1py", "math.log", "math.log2", "math.log10", "math.log1p", "numpy.log",
+           "numpy.log2", "numpy.log10", "numpy.log1p")
+
+
+@exercise_check(forbidden=("torch.special.entr", "torch.softmax", "torch.log_softmax", "torch.distributions")
+                + _NO_LOG)
 def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
     """``entropy_from_scores(scores)``: ``(..., T_q, T_k)`` attention scores, ``-inf`` where a key is
     masked -> ``(..., T_q)`` entropies in nats of ``softmax(scores)``, without a softmax or entropy
     routine; compared with ``entr(softmax(scores)).sum(-1)`` on fresh scores, masked and large ones
     included (float32 scores near +-800, where an unshifted exp overflows or underflows and ln Z
-    minus the mean score cancels unless the scores are shifted first). It grades
-    the numbers: the weights form ``-sum p ln p`` computed with care gives the same ones."""
+    minus the mean score cancels unless the scores are shifted first). No logarithm but
+    ``torch.logsumexp`` (torch's, math's and numpy's ``log`` family are refused), so the weights'
+    form ``-sum p ln p`` is refused and ``ln p_j = s_j - ln Z`` has to be derived."""
     g = rng(5)
     cases = {
         "unmasked scores (T_q=3, T_k=4)": torch.randn(3, 4, generator=g, dtype=torch.float64),
@@ -76,12 +85,24 @@ def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
             ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")),
         "rows with one visible key": torch.randn(3, 5, generator=g, dtype=torch.float64).masked_fill(
             torch.arange(5) != torch.randint(0, 5, (3, 1), generator=g), float("-inf")),
+        # Scores inside a model carry gradients: a detour through NumPy (np.log of the weights,
+        # which the profiler cannot see) fails here, as it would in training.
+        "scores that require grad, as in a model": torch.randn(2, 4, 6, generator=g,
+                                                               dtype=torch.float64).requires_grad_(),
     }
     for name, s in cases.items():
-        out = entropy_from_scores(s.clone())
+        try:
+            out = entropy_from_scores(s.clone())
+        except RuntimeError as e:
+            if s.requires_grad and "numpy" in str(e).lower():
+                raise CheckFailed(f"entropy_from_scores on {name}: your code left torch for NumPy ({e}). "
+                                  "Stay in torch: scores in a model carry gradients. No logarithm of a "
+                                  "weight is needed: what is ln p_j in terms of s_j and ln Z?") from None
+            raise
         what = f"entropy_from_scores on {name}"
         check_shape(out, s.shape[:-1], what=what)
-        out = _as_tensor(out).double()
+        out = _as_tensor(out).detach().double()
+        s = s.detach()
         if torch.isnan(out).any():
             raise CheckFailed(f"{what}: got NaN. A masked key has weight 0 and score -inf: which of your "
                               "products becomes 0·(-inf) or 0·log 0, and what should that term contribute?")
@@ -267,7 +288,7 @@ wrong_answer("check_entropy_from_scores", "mistake", "entropy in bits (log2), no
 def entropy_from_scores(s):
     z = torch.logsumexp(s, -1, keepdim=True)
     p = torch.exp(s - z)
-    return -(torch.where(p > 0, p * (s - z), torch.zeros_like(p)) / math.log(2)).sum(-1)
+    return -(torch.where(p > 0, p * (s - z), torch.zeros_like(p)) / 0.6931471805599453).sum(-1)
 """, call="entropy_from_scores", message=r"differ")
 wrong_answer("check_entropy_from_scores", "edge", "0·(-inf) at the masked keys gives NaN", """
 def entropy_from_scores(s):
@@ -284,9 +305,8 @@ def entropy_from_scores(s):
 wrong_answer("check_entropy_from_scores", "edge", "exp of the raw scores, no shift (overflows in float32)", """
 def entropy_from_scores(s):
     e = torch.exp(s)
-    z = e.sum(-1, keepdim=True)
-    p = e / z
-    return torch.log(z).squeeze(-1) - torch.where(p > 0, p * s, torch.zeros_like(p)).sum(-1)
+    p = e / e.sum(-1, keepdim=True)
+    return torch.logsumexp(s, -1) - (p * s).sum(-1)
 """, call="entropy_from_scores", message=r"NaN|infinite")
 wrong_answer("check_entropy_from_scores", "edge", "ln Z - sum p s without shifting the scores: cancels in float32 near 800", """
 def entropy_from_scores(s):
@@ -294,6 +314,24 @@ def entropy_from_scores(s):
     p = torch.exp(s - z)
     return z[..., 0] - torch.where(p > 0, p * s, torch.zeros_like(p)).sum(-1)
 """, call="entropy_from_scores", message=r"shift of the scores")
+wrong_answer("check_entropy_from_scores", "method", "the weights' form -sum p log p, with torch.log of the "
+             "weights: the entropy's definition, not the scores' form", """
+def entropy_from_scores(s):
+    p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True))
+    return -torch.where(p > 0, p * torch.log(p), torch.zeros_like(p)).sum(-1)
+""", call="entropy_from_scores", message=r"torch\.log")
+wrong_answer("check_entropy_from_scores", "method", "the weights' form with the Tensor method p.log2() / log2(e)", """
+def entropy_from_scores(s):
+    p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True))
+    return -torch.where(p > 0, p * p.log2() * 0.6931471805599453, torch.zeros_like(p)).sum(-1)
+""", call="entropy_from_scores", message=r"log2")
+wrong_answer("check_entropy_from_scores", "method", "the weights' form with NumPy's log (a ufunc the profiler "
+             "does not see)", """
+def entropy_from_scores(s):
+    p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True))
+    log_p = torch.from_numpy(np.log(np.where(p.numpy() > 0, p.numpy(), 1.0)))
+    return -(p * log_p).sum(-1)
+""", call="entropy_from_scores", message=r"left torch for NumPy")
 wrong_answer("check_entropy_from_scores", "method", "torch's Categorical computes it", """
 from torch.distributions import Categorical as Dist
 def entropy_from_scores(s):
