@@ -42,8 +42,17 @@ def _ch05_grads(out: Any, inputs: list[torch.Tensor], upstream: torch.Tensor, wh
     return torch.autograd.grad((out * upstream).sum(), inputs, allow_unused=True)
 
 
-@exercise_check(forbidden=("fundamentallm.norms.LayerNorm.forward", "torch.nn.functional.layer_norm",
-                           "torch.layer_norm", "torch.native_layer_norm"))
+# Every normalization routine of torch and of the package: each of them, reshaped, computes the
+# others (LayerNorm is GroupNorm with one group, or BatchNorm of the transpose; a group of GroupNorm
+# is LayerNorm of that group), so the norm exercises refuse the whole family.
+_NORM_ROUTINES = tuple(f"torch.{n}" for n in (
+    "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm", "native_batch_norm",
+    "instance_norm", "rms_norm") if hasattr(torch, n)) + tuple(
+    f"torch.nn.functional.{n}" for n in ("layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm")
+    if hasattr(torch.nn.functional, n)) + ("fundamentallm.norms.LayerNorm.forward", "fundamentallm.norms.RMSNorm.forward")
+
+
+@exercise_check(forbidden=_NORM_ROUTINES)
 def check_layer_norm(layer_norm: Callable) -> str:
     """``layer_norm(x, weight, bias, eps)``: normalise the last dimension with the biased
     variance, eps inside the square root, then scale and shift; outputs and gradients equal to
@@ -185,7 +194,7 @@ def check_norm_ablation_prediction(growth_prediction) -> str:
     return "the norm turns a multiplicative growth into an additive one"
 
 
-@exercise_check(forbidden=("torch.nn.functional.group_norm", "torch.group_norm"))
+@exercise_check(forbidden=_NORM_ROUTINES)
 def check_group_norm(group_norm: Callable) -> str:
     """``group_norm(x, num_groups, weight, bias, eps=1e-5)`` for ``x`` (N, C): normalize each
     sample over each group of ``C // num_groups`` consecutive channels, then the per-channel gain
@@ -263,6 +272,25 @@ def check_branch_scale(branch_scale: Callable) -> str:
 
 # --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 05) ------
 
+wrong_answer("check_layer_norm", "method", "F.group_norm with one group: LayerNorm under another name", """
+def layer_norm(x, weight, bias, eps=1e-5):
+    C = x.shape[-1]
+    return F.group_norm(x.reshape(-1, C), 1, weight, bias, eps).reshape(x.shape)
+""", call="layer_norm", message=r"group_norm")
+wrong_answer("check_layer_norm", "method", "F.batch_norm of the transpose: each token's channels become a batch", """
+def layer_norm(x, weight, bias, eps=1e-5):
+    C = x.shape[-1]
+    y = F.batch_norm(x.reshape(-1, C).T, None, None, training=True, eps=eps).T
+    return y.reshape(x.shape) * weight + bias
+""", call="layer_norm", message=r"batch_norm")
+wrong_answer("check_group_norm", "method", "F.layer_norm of each group: GroupNorm from the LayerNorm routine", """
+def group_norm(x, num_groups, weight, bias, eps=1e-5):
+    N, C = x.shape
+    if C % num_groups:
+        raise ValueError(f"num_groups={num_groups} must divide C={C}")
+    return F.layer_norm(x.reshape(N, num_groups, C // num_groups), (C // num_groups,), eps=eps).reshape(N, C) \
+        * weight + bias
+""", call="group_norm", message=r"layer_norm")
 wrong_answer("check_layer_norm", "mistake", "the unbiased variance (torch's default var)", """
 def layer_norm(x, weight, bias, eps=1e-5):
     mean = x.mean(dim=-1, keepdim=True)
@@ -367,7 +395,8 @@ wrong_answer("check_group_norm", "mistake", "LayerNorm over all C channels", """
 def group_norm(x, num_groups, weight, bias, eps=1e-5):
     if x.shape[1] % num_groups:
         raise ValueError(f"num_groups={num_groups} must divide C")
-    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt((x - mean).pow(2).mean(-1, keepdim=True) + eps) * weight + bias
 """, call="group_norm", message=r"that is LayerNorm over all C channels")
 wrong_answer("check_group_norm", "mistake", "statistics over the batch (BatchNorm)", """
 def group_norm(x, num_groups, weight, bias, eps=1e-5):
