@@ -19,7 +19,7 @@ from .core import (
 from .wrong import wrong_answer
 
 
-@exercise_check(forbidden=("fundamentallm.positions.rotate_half",))
+@exercise_check(forbidden=("fundamentallm.positions.rotate_half", "transformers"))
 def check_rotate_half(rotate_half: Callable) -> str:
     """``rotate_half(x)``: ``(x1, x2) -> (-x2, x1)`` on the two halves of the last dimension;
     ``ValueError`` for an odd last dimension."""
@@ -312,6 +312,13 @@ def rope_score_matrix(offset, D, base=10000.0):
     return M
 """, call="rope_score_matrix", message=r"rotated score")
 
+wrong_answer("check_rotate_half", "method", "Hugging Face's rotate_half from the LLaMA model", """
+from transformers.models.llama.modeling_llama import rotate_half as hf_rotate_half
+def rotate_half(x):
+    if x.shape[-1] % 2:
+        raise ValueError(f"the last dimension must be even, got {x.shape[-1]}")
+    return hf_rotate_half(x)
+""", call="rotate_half", message=r"transformers")
 wrong_answer("check_rotate_half", "mistake", "rotates interleaved pairs (GPT-J layout)", """
 def rotate_half(x):
     if x.shape[-1] % 2:

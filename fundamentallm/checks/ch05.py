@@ -136,8 +136,17 @@ def _ch05_not_approximate(got: torch.Tensor, expected: torch.Tensor, what: str,
                           "approximation (a finite difference) is not the derivative; derive every term")
 
 
-@exercise_check(forbidden=("torch.autograd.grad", "torch.Tensor.backward", "torch.func",
-                           "torch.autograd.forward_ad", "torch.autograd.functional"), by_hand=True)
+# The backward kernels torch runs for BatchNorm, callable directly (torch.ops.aten, and two under torch).
+_BN_BACKWARD_KERNELS = tuple(f"torch.ops.aten.{n}" for n in (
+    "native_batch_norm_backward", "batch_norm_backward", "_batch_norm_impl_index_backward",
+    "miopen_batch_norm_backward", "cudnn_batch_norm_backward", "batch_norm_backward_reduce",
+    "batch_norm_backward_elemt") if hasattr(torch.ops.aten, n)) + tuple(
+    f"torch.{n}" for n in ("batch_norm_backward_reduce", "batch_norm_backward_elemt") if hasattr(torch, n))
+
+
+@exercise_check(forbidden=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward", "torch.func",
+                           "torch.autograd.forward_ad", "torch.autograd.functional") + _BN_BACKWARD_KERNELS,
+                by_hand=True)
 def check_batch_norm_backward(batch_norm_backward: Callable) -> str:
     """``batch_norm_backward(x, gamma, dy, eps=1e-5)`` -> ``(dx, dgamma, dbeta)`` for training-mode
     BatchNorm of ``x`` (N, C) with batch statistics (biased variance), given the upstream gradient
@@ -335,6 +344,20 @@ def _bn(x, gamma, dy, eps):
     dx = inv_std * (g - g.mean(dim=0) - x_hat * (g * x_hat).mean(dim=0))
     return dx, (dy * x_hat).sum(dim=0), dy.sum(dim=0), inv_std
 """
+wrong_answer("check_batch_norm_backward", "method", "torch.autograd.backward(y, dy) through F.batch_norm", """
+def batch_norm_backward(x, gamma, dy, eps=1e-5):
+    x = x.clone().requires_grad_()
+    g = gamma.clone().requires_grad_()
+    b = torch.zeros_like(gamma, requires_grad=True)
+    torch.autograd.backward(F.batch_norm(x, None, None, g, b, training=True, eps=eps), dy)
+    return x.grad, g.grad, b.grad
+""", call="batch_norm_backward", message=r"torch\.autograd\.backward")
+wrong_answer("check_batch_norm_backward", "method", "torch's own BatchNorm backward kernel, torch.ops.aten", """
+def batch_norm_backward(x, gamma, dy, eps=1e-5):
+    mean, invstd = x.mean(0), 1 / torch.sqrt(x.var(0, unbiased=False) + eps)
+    return torch.ops.aten.native_batch_norm_backward(dy, x, gamma, None, None, mean, invstd, True, eps,
+                                                     [True, True, True])
+""", call="batch_norm_backward", message=r"batch_norm_backward")
 wrong_answer("check_batch_norm_backward", "mistake", "treats the batch mean and variance as constants", _BN_RIGHT + """
 def batch_norm_backward(x, gamma, dy, eps=1e-5):
     _, dgamma, dbeta, inv_std = _bn(x, gamma, dy, eps)
