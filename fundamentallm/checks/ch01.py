@@ -238,14 +238,20 @@ def check_bound_slack(bound_slack: Callable) -> str:
     """``bound_slack(a, k, s)`` -> the ratio of the step-by-step bound (eq. ch01-bound with each
     step's largest slope) to the true ``||∂h_k/∂h_0||_2`` at the fixed point ``(0, tanh s)`` of the
     tanh RNN with ``W_h = a [[1, 1], [-1, -1]]``; derived by hand, compared with autograd on fresh
-    ``(a, k, s)``."""
+    ``(a, k, s)``, k = 400 included, where a loop that simulates the k steps is stopped after 200
+    lines of Python."""
     g = rng(470)
     u = torch.rand(6, 3, generator=g, dtype=torch.float64)
     cases = [(0.5 + 2.5 * float(p), int(1 + 30 * float(q)), 0.3 + 2.7 * float(r)) for p, q, r in u]
-    cases += [(2.0, 20, 8.0), (1.0 + float(u[0, 0]), 1, 0.5)]
+    cases += [(2.0, 20, 8.0), (1.0 + float(u[0, 0]), 1, 0.5), (0.5, 400, 1.1)]
     for a, k, s in cases:
         what = f"bound_slack(a={a:.4g}, k={k}, s={s:.4g})"
-        got = bound_slack(a, k, s)
+        try:
+            got = _call_with_line_budget(bound_slack, (a, k, s), 200)
+        except _LineBudget:
+            raise CheckFailed(f"{what}: your function ran more than 200 lines of Python: a loop over the k "
+                              "steps simulates the Jacobians (a measurement); the exercise asks for the ratio "
+                              "as a formula in a, k and s. What is J^k for a rank-one J = u v^T?") from None
         try:
             got = float(got)
         except (TypeError, ValueError):
@@ -482,6 +488,21 @@ def bound_slack(a, k, s):
     eps = 1 - math.tanh(s) ** 2
     return 2 ** k / ((1 - eps) ** k * math.sqrt(2) * math.sqrt(1 + eps ** 2))
 """, call="bound_slack", message=r"rank-one")
+wrong_answer("check_bound_slack", "method", "simulates the k steps with 2x2 products in plain Python and "
+             "takes sigma_max by hand: a measurement, not the derived ratio", """
+def bound_slack(a, k, s):
+    eps = 1 - math.tanh(s) ** 2
+    def smax(M):
+        (p, q), (r, t) = M
+        T, D = p * p + q * q + r * r + t * t, (p * t - q * r) ** 2
+        return math.sqrt((T + math.sqrt(max(T * T - 4 * D, 0.0))) / 2)
+    J = [[a, a], [-eps * a, -eps * a]]  # diag(1, eps) W at the fixed point
+    P = [[1.0, 0.0], [0.0, 1.0]]
+    for _ in range(k):
+        P = [[J[0][0] * P[0][0] + J[0][1] * P[1][0], J[0][0] * P[0][1] + J[0][1] * P[1][1]],
+             [J[1][0] * P[0][0] + J[1][1] * P[1][0], J[1][0] * P[0][1] + J[1][1] * P[1][1]]]
+    return smax([[a, a], [-a, -a]]) ** k / smax(P)
+""", call="bound_slack", message=r"200 lines")
 wrong_answer("check_bound_slack", "method", "simulates the Jacobians in numpy and measures them with np.linalg.norm", """
 import numpy as np
 def bound_slack(a, k, s):
