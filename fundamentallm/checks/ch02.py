@@ -10,8 +10,14 @@ import torch
 from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
 from .wrong import wrong_answer
 
+# torch's softmax kernels under their other names (torch._softmax, torch.ops.aten.*), besides the
+# public torch.softmax / log_softmax and their aliases.
+_SOFTMAX_KERNELS = tuple(f"torch.{n}" for n in ("_softmax", "_log_softmax", "_safe_softmax") if hasattr(torch, n)) \
+    + tuple(f"torch.ops.aten.{n}" for n in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
+                                            "special_softmax") if hasattr(torch.ops.aten, n))
 
-@exercise_check(forbidden=("torch.softmax", "torch.log_softmax"))
+
+@exercise_check(forbidden=("torch.softmax", "torch.log_softmax") + _SOFTMAX_KERNELS)
 def check_softmax_rows(softmax_rows: Callable) -> str:
     """``softmax_rows(x)``: softmax over the last dimension, stable for large scores (no
     ``softmax`` or ``log_softmax`` routine)."""
@@ -253,6 +259,14 @@ wrong_answer("check_softmax_rows", "mistake", "exp(x - logsumexp(x)): the log-sp
 def softmax_rows(x):
     return torch.exp(x - torch.logsumexp(x, -1, keepdim=True))
 """, call="softmax_rows", message=r"loses digits")
+wrong_answer("check_softmax_rows", "method", "torch's softmax kernel under its private name, torch._softmax", """
+def softmax_rows(x):
+    return torch._softmax(x, -1, False)
+""", call="softmax_rows", message=r"_softmax")
+wrong_answer("check_softmax_rows", "method", "the aten operator torch.ops.aten._softmax", """
+def softmax_rows(x):
+    return torch.ops.aten._softmax(x, -1, False)
+""", call="softmax_rows", message=r"_softmax")
 wrong_answer("check_softmax_rows", "method", "exponentiates torch's log_softmax", """
 def softmax_rows(x):
     return torch.log_softmax(x, dim=-1).exp()

@@ -63,8 +63,15 @@ _NO_LOG = ("torch.log", "torch.log2", "torch.log10", "torch.log1p", "torch.xlogy
            "numpy.log2", "numpy.log10", "numpy.log1p")
 
 
+# (as in ch02) torch's softmax kernels under their other names (torch._softmax, torch.ops.aten.*), besides the
+# public torch.softmax / log_softmax and their aliases.
+_SOFTMAX_KERNELS = tuple(f"torch.{n}" for n in ("_softmax", "_log_softmax", "_safe_softmax") if hasattr(torch, n)) \
+    + tuple(f"torch.ops.aten.{n}" for n in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
+                                            "special_softmax") if hasattr(torch.ops.aten, n))
+
+
 @exercise_check(forbidden=("torch.special.entr", "torch.softmax", "torch.log_softmax", "torch.distributions")
-                + _NO_LOG)
+                + _NO_LOG + _SOFTMAX_KERNELS)
 def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
     """``entropy_from_scores(scores)``: ``(..., T_q, T_k)`` attention scores, ``-inf`` where a key is
     masked -> ``(..., T_q)`` entropies in nats of ``softmax(scores)``, without a softmax or entropy
@@ -356,6 +363,11 @@ def entropy_from_scores(s):
     log_p = torch.from_numpy(np.log(np.where(p.numpy() > 0, p.numpy(), 1.0)))
     return -(p * log_p).sum(-1)
 """, call="entropy_from_scores", message=r"left torch for NumPy")
+wrong_answer("check_entropy_from_scores", "method", "the weights from torch's softmax kernel, torch._softmax", """
+def entropy_from_scores(s):
+    p = torch._softmax(s, -1, False)
+    return (torch.logsumexp(s, -1) - torch.where(p > 0, p * s, torch.zeros_like(p)).sum(-1))
+""", call="entropy_from_scores", message=r"_softmax")
 wrong_answer("check_entropy_from_scores", "method", "torch's Categorical computes it", """
 from torch.distributions import Categorical as Dist
 def entropy_from_scores(s):
