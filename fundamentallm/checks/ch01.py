@@ -42,7 +42,8 @@ def _reference_rnn(W_x, W_h, b) -> torch.nn.RNN:
     return rnn
 
 
-@exercise_check(forbidden=("torch.rnn_tanh_cell", "torch.rnn_tanh", "torch.nn.RNN.forward", "torch.nn.RNNCell.forward"))
+@exercise_check(forbidden=("torch.rnn_tanh_cell", "torch.rnn_tanh", "torch.nn.RNN.forward", "torch.nn.RNNCell.forward")
+                + tuple(f"torch.ops.aten.{n}" for n in ("rnn_tanh_cell", "rnn_tanh") if hasattr(torch.ops.aten, n)))
 def check_rnn_step(rnn_step: Callable) -> str:
     """``rnn_step(x_t, h_prev, W_x, W_h, b)`` -> ``tanh(x_t W_xᵀ + h_prev W_hᵀ + b)``, shape (B, d_h),
     without PyTorch's RNN (cell) routines."""
@@ -325,6 +326,10 @@ def rnn_step(x, h, W_x, W_h, b):
 wrong_answer("check_rnn_step", "method", "torch's fused RNN cell", """
 def rnn_step(x, h, W_x, W_h, b):
     return torch.rnn_tanh_cell(x, h, W_x, W_h, b, torch.zeros_like(b))
+""", call="rnn_step", message=r"rnn_tanh_cell")
+wrong_answer("check_rnn_step", "method", "the aten operator behind the RNN cell, torch.ops.aten.rnn_tanh_cell", """
+def rnn_step(x, h, W_x, W_h, b):
+    return torch.ops.aten.rnn_tanh_cell(x, h, W_x, W_h, b, torch.zeros_like(b))
 """, call="rnn_step", message=r"rnn_tanh_cell")
 wrong_answer("check_rnn_step", "method", "an nn.RNNCell holding the given weights", """
 def rnn_step(x, h, W_x, W_h, b):

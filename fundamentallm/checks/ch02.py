@@ -94,9 +94,19 @@ def _reference_attention(q, k, v, mask=None):
     return w @ v, w
 
 
+# torch.ops.aten's attention operators (those this torch version has): the kernels behind
+# F.scaled_dot_product_attention and nn.MultiheadAttention, callable directly.
+_ATEN_ATTENTION = tuple(f"torch.ops.aten.{n}" for n in (
+    "scaled_dot_product_attention", "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_attention_math_for_mps", "_native_multi_head_attention")
+    if hasattr(torch.ops.aten, n))
+
+
 @exercise_check(forbidden=("fundamentallm.attention.scaled_dot_product_attention",
                            "torch.nn.functional.scaled_dot_product_attention",
-                           "torch.nn.functional.multi_head_attention_forward"))
+                           "torch.nn.functional.multi_head_attention_forward") + _ATEN_ATTENTION)
 def check_attention(attention: Callable) -> str:
     """``attention(q, k, v, mask=None)`` -> ``(output, weights)``. A boolean mask keeps True keys,
     a float mask is added to the scores; a query with every key masked gets zeros, not NaN."""
@@ -328,6 +338,14 @@ wrong_answer("check_attention", "value", "returns the output only, not the pair 
 def output_only(q, k, v, mask=None):
     return attention(q, k, v, mask)[0]
 """, call="output_only", message=r"pair")
+wrong_answer("check_attention", "method", "torch's math kernel, torch.ops.aten._scaled_dot_product_attention_math", """
+def attention(q, k, v, mask=None):
+    if mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, float("-inf"))
+    _, w = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, mask)
+    w = w.nan_to_num(0.0)
+    return w @ v, w
+""", call="attention", message=r"_scaled_dot_product_attention_math")
 wrong_answer("check_attention", "method", "wraps the package's attention", """
 from fundamentallm.attention import scaled_dot_product_attention as sdpa
 def attention(q, k, v, mask=None):

@@ -49,7 +49,11 @@ _NORM_ROUTINES = tuple(f"torch.{n}" for n in (
     "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm", "native_batch_norm",
     "instance_norm", "rms_norm") if hasattr(torch, n)) + tuple(
     f"torch.nn.functional.{n}" for n in ("layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm")
-    if hasattr(torch.nn.functional, n)) + ("fundamentallm.norms.LayerNorm.forward", "fundamentallm.norms.RMSNorm.forward")
+    if hasattr(torch.nn.functional, n)) + ("fundamentallm.norms.LayerNorm.forward", "fundamentallm.norms.RMSNorm.forward") \
+    + tuple(f"torch.ops.aten.{n}" for n in (
+        "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm", "native_batch_norm",
+        "_native_batch_norm_legit", "_batch_norm_impl_index", "instance_norm", "rms_norm", "_fused_rms_norm")
+        if hasattr(torch.ops.aten, n))
 
 
 @exercise_check(forbidden=_NORM_ROUTINES)
@@ -281,6 +285,17 @@ def check_branch_scale(branch_scale: Callable) -> str:
 
 # --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 05) ------
 
+wrong_answer("check_layer_norm", "method", "the aten operator torch.ops.aten.native_layer_norm", """
+def layer_norm(x, weight, bias, eps=1e-5):
+    return torch.ops.aten.native_layer_norm(x, [x.shape[-1]], weight, bias, eps)[0]
+""", call="layer_norm", message=r"native_layer_norm")
+wrong_answer("check_group_norm", "method", "the aten operator torch.ops.aten.native_group_norm", """
+def group_norm(x, num_groups, weight, bias, eps=1e-5):
+    N, C = x.shape
+    if C % num_groups:
+        raise ValueError(f"num_groups={num_groups} must divide C={C}")
+    return torch.ops.aten.native_group_norm(x, weight, bias, N, C, 1, num_groups, eps)[0]
+""", call="group_norm", message=r"native_group_norm")
 wrong_answer("check_layer_norm", "method", "F.group_norm with one group: LayerNorm under another name", """
 def layer_norm(x, weight, bias, eps=1e-5):
     C = x.shape[-1]
