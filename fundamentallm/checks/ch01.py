@@ -16,7 +16,8 @@ from .wrong import wrong_answer
 # Ways around "derive it by hand": autograd, and the library routines that compute a matrix power
 # or a spectral norm numerically.
 _NO_AUTOGRAD = ("torch.autograd.functional.jacobian", "torch.autograd.grad", "torch.autograd.backward",
-                "torch.Tensor.backward", "torch.autograd.forward_ad", "torch.func")
+                "torch.Tensor.backward", "torch.autograd.forward_ad", "torch.func",
+                "sympy", "mpmath")  # computer algebra (W^n in closed form) and high-precision numerics
 # numpy.linalg as a whole: every function of the module (norm, matrix_power, svd, eig, ...).
 _NO_LINALG = ("torch.linalg.matrix_power", "torch.matrix_power", "torch.linalg.matrix_norm", "torch.linalg.norm",
               "torch.linalg.svdvals", "torch.linalg.svd", "torch.linalg.eigvalsh", "torch.linalg.eigh",
@@ -393,6 +394,16 @@ def jordan_gradient_norm(lam, c, k):
         a, b = a * lam, a * c + b * lam
     return (abs(b) + math.sqrt(b * b + 4 * a * a)) / 2
 """, call="jordan_gradient_norm", message=r"20,000 lines")
+wrong_answer("check_jordan_gradient_norm", "method", "sympy finds W^n in closed form: computer algebra, not a "
+             "derivation", """
+import sympy as sp
+def jordan_gradient_norm(lam, c, k):
+    L, C = sp.symbols("L C")
+    n = sp.symbols("n", integer=True, positive=True)
+    Wn = (sp.Matrix([[L, C], [0, L]]) ** n).subs({L: lam, C: c, n: k})
+    a, b = float(Wn[0, 0]), float(abs(Wn[0, 1]))
+    return (b + (b * b + 4 * a * a) ** 0.5) / 2
+""", call="jordan_gradient_norm", message=r"sympy")
 wrong_answer("check_jordan_gradient_norm", "method", "numpy's matrix_power and 2-norm", """
 import numpy
 def jordan_gradient_norm(lam, c, k):

@@ -149,7 +149,8 @@ _BN_BACKWARD_KERNELS = tuple(f"torch.ops.aten.{n}" for n in (
 
 
 @exercise_check(forbidden=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward", "torch.func",
-                           "torch.autograd.forward_ad", "torch.autograd.functional") + _BN_BACKWARD_KERNELS,
+                           "torch.autograd.forward_ad", "torch.autograd.functional", "sympy", "mpmath")
+                + _BN_BACKWARD_KERNELS,
                 by_hand=True)
 def check_batch_norm_backward(batch_norm_backward: Callable) -> str:
     """``batch_norm_backward(x, gamma, dy, eps=1e-5)`` -> ``(dx, dgamma, dbeta)`` for training-mode
