@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import math
+import sys
+from decimal import Decimal, localcontext
 from typing import Callable
 
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
+from .core import _STUDENT, CheckFailed, _frame_kind, assert_same, check_shape, exercise_check, rng
 from .predict import answer_given
 from .wrong import wrong_answer
 
 # Ways around "derive it by hand": autograd, and the library routines that compute a matrix power
 # or a spectral norm numerically.
 _NO_AUTOGRAD = ("torch.autograd.functional.jacobian", "torch.autograd.grad", "torch.autograd.backward",
-                "torch.Tensor.backward", "torch.autograd.forward_ad", "torch.func")
+                "torch.Tensor.backward", "torch.autograd.forward_ad", "torch.func",
+                "sympy", "mpmath")  # computer algebra (W^n in closed form) and high-precision numerics
 # numpy.linalg as a whole: every function of the module (norm, matrix_power, svd, eig, ...).
 _NO_LINALG = ("torch.linalg.matrix_power", "torch.matrix_power", "torch.linalg.matrix_norm", "torch.linalg.norm",
               "torch.linalg.svdvals", "torch.linalg.svd", "torch.linalg.eigvalsh", "torch.linalg.eigh",
@@ -40,7 +43,8 @@ def _reference_rnn(W_x, W_h, b) -> torch.nn.RNN:
     return rnn
 
 
-@exercise_check(forbidden=("torch.rnn_tanh_cell", "torch.rnn_tanh", "torch.nn.RNN.forward", "torch.nn.RNNCell.forward"))
+@exercise_check(forbidden=("torch.rnn_tanh_cell", "torch.rnn_tanh", "torch.nn.RNN.forward", "torch.nn.RNNCell.forward")
+                + tuple(f"torch.ops.aten.{n}" for n in ("rnn_tanh_cell", "rnn_tanh") if hasattr(torch.ops.aten, n)))
 def check_rnn_step(rnn_step: Callable) -> str:
     """``rnn_step(x_t, h_prev, W_x, W_h, b)`` -> ``tanh(x_t W_xᵀ + h_prev W_hᵀ + b)``, shape (B, d_h),
     without PyTorch's RNN (cell) routines."""
@@ -65,26 +69,85 @@ def _jordan_norm_reference(lam: float, c: float, k: int) -> float:
     return float(torch.linalg.matrix_norm(torch.linalg.matrix_power(W, k), ord=2))
 
 
+def _jordan_norm_exact(lam: float, c: float, k: int) -> float:
+    """``||W^k||_2`` from the closed form, in 60-digit decimal arithmetic: the reference where
+    ``k`` is far too large for ``matrix_power`` to stay exact (its repeated squaring, like any
+    product of ``2 x 2`` matrices, piles up one rounding error per multiplication)."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        L, C = Decimal(lam), Decimal(c)
+        a = L ** k
+        b = abs(k * C * L ** (k - 1)) if k else Decimal(0)
+        return float((b + (b * b + 4 * a * a).sqrt()) / 2)
+
+
+class _LineBudget(Exception):
+    """The student's code ran more lines of Python than a closed form needs."""
+
+
+def _call_with_line_budget(fn: Callable, args: tuple, budget: int):
+    """``fn(*args)``, stopped with :class:`_LineBudget` once the student's frames have run more than
+    ``budget`` lines of Python (a loop over the ``k`` steps, where a closed form takes a few)."""
+    count = [0]
+
+    def local(frame, event, arg):
+        if event == "line":
+            count[0] += 1
+            if count[0] > budget:
+                raise _LineBudget
+        return local
+
+    def tracer(frame, event, arg):
+        return local if _frame_kind(frame.f_code) == _STUDENT else None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        return fn(*args)
+    finally:
+        sys.settrace(previous)
+
+
+# (lam, c, k) with k far beyond any loop: the closed form is exact to rounding there, a product of
+# 2 x 2 matrices (even by repeated squaring, 40-odd multiplications) is off by 1e-8 or more.
+_JORDAN_HUGE_K = ((1.0 - 1e-12, 1.3, 10 ** 13), (1.0 - 1e-9, -0.7, 3 * 10 ** 10))
+
+
 @exercise_check(forbidden=_NO_AUTOGRAD + _NO_LINALG, by_hand=True)
 def check_jordan_gradient_norm(jordan_gradient_norm: Callable) -> str:
     """``jordan_gradient_norm(lam, c, k)`` -> ``||W^k||_2`` for ``W = [[lam, c], [0, lam]]``, in
     closed form (no matrix power, norm or SVD routine, no autograd); compared with
-    ``matrix_power`` + ``matrix_norm`` on fresh ``(lam, c, k)``, including ``c < 0`` and ``k = 0``."""
+    ``matrix_power`` + ``matrix_norm`` on fresh ``(lam, c, k)``, including ``c < 0`` and ``k = 0``,
+    and with the exact closed form to 1e-12 at ``k = 10^13`` (where a product of matrices, even by
+    repeated squaring, is off by 1e-8); a loop over the ``k`` steps is stopped after 20,000 lines."""
     g = rng(410)
     u = torch.rand(8, 3, generator=g, dtype=torch.float64)
     cases = [(0.5 + 0.45 * float(a), (4 * float(b) - 2) or 0.5, int(3 + 60 * float(n))) for a, b, n in u]
     cases += [(0.9, -1.5 - float(u[0, 1]), 25), (0.8, 1.0 + float(u[1, 1]), 0), (0.95, 2.0, 1),
               (1.0 - 1e-5, 0.5 + float(u[2, 1]), 200_000)]
+    cases += list(_JORDAN_HUGE_K)
     for lam, c, k in cases:
         what = f"jordan_gradient_norm(lam={lam:.4g}, c={c:.4g}, k={k})"
-        got = jordan_gradient_norm(lam, c, k)
+        try:
+            got = _call_with_line_budget(jordan_gradient_norm, (lam, c, k), 20_000)
+        except _LineBudget:
+            raise CheckFailed(f"{what}: your function ran more than 20,000 lines of Python for one k. A "
+                              "loop over the steps (or over the powers of W) computes W^k; the exercise asks "
+                              "for ||W^k||_2 as a formula in lam, c and k: derive W^k's entries by induction "
+                              "on k") from None
         try:
             got = float(got)
         except (TypeError, ValueError):
             raise CheckFailed(f"{what}: return one number, got {type(got).__name__}") from None
-        expected = _jordan_norm_reference(lam, c, k)
-        if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-300):
+        huge = (lam, c, k) in _JORDAN_HUGE_K
+        expected = _jordan_norm_exact(lam, c, k) if huge else _jordan_norm_reference(lam, c, k)
+        if math.isclose(got, expected, rel_tol=1e-12 if huge else 1e-6, abs_tol=1e-300):
             continue
+        if huge and math.isclose(got, expected, rel_tol=1e-4):
+            raise CheckFailed(f"{what} = {got:.12g}: off by {abs(got / expected - 1):.1e} relative, where a "
+                              "closed form is exact to about 1e-16. A product of 2 x 2 matrices, even by "
+                              "repeated squaring, piles up one rounding error per multiplication; write "
+                              "W^k's entries as formulas in k (derive them by induction), then its norm")
         if math.isclose(got, lam ** k, rel_tol=1e-6):
             raise CheckFailed(f"{what} = {got:.6g}: that is rho^k, the eigenvalues' rule. W is not normal: "
                               "work out W^k entry by entry and see what its off-diagonal entry does")
@@ -94,7 +157,7 @@ def check_jordan_gradient_norm(jordan_gradient_norm: Callable) -> str:
         raise CheckFailed(f"{what} = {got:.6g} is not ||W^k||_2: derive W^k by induction on k, then the "
                           "largest singular value of an upper-triangular 2x2 matrix from the eigenvalues "
                           "of M^T M")
-    return f"||W^k||_2 in closed form on {len(cases)} fresh (lam, c, k), k up to 200,000"
+    return f"||W^k||_2 in closed form on {len(cases)} fresh (lam, c, k), k up to 10^13"
 
 
 def _leaky_case(d_h: int, d_in: int, T: int, alpha: float, g: torch.Generator, w_scale: float = 1.5):
@@ -177,14 +240,20 @@ def check_bound_slack(bound_slack: Callable) -> str:
     """``bound_slack(a, k, s)`` -> the ratio of the step-by-step bound (eq. ch01-bound with each
     step's largest slope) to the true ``||∂h_k/∂h_0||_2`` at the fixed point ``(0, tanh s)`` of the
     tanh RNN with ``W_h = a [[1, 1], [-1, -1]]``; derived by hand, compared with autograd on fresh
-    ``(a, k, s)``."""
+    ``(a, k, s)``, k = 400 included, where a loop that simulates the k steps is stopped after 200
+    lines of Python."""
     g = rng(470)
     u = torch.rand(6, 3, generator=g, dtype=torch.float64)
     cases = [(0.5 + 2.5 * float(p), int(1 + 30 * float(q)), 0.3 + 2.7 * float(r)) for p, q, r in u]
-    cases += [(2.0, 20, 8.0), (1.0 + float(u[0, 0]), 1, 0.5)]
+    cases += [(2.0, 20, 8.0), (1.0 + float(u[0, 0]), 1, 0.5), (0.5, 400, 1.1)]
     for a, k, s in cases:
         what = f"bound_slack(a={a:.4g}, k={k}, s={s:.4g})"
-        got = bound_slack(a, k, s)
+        try:
+            got = _call_with_line_budget(bound_slack, (a, k, s), 200)
+        except _LineBudget:
+            raise CheckFailed(f"{what}: your function ran more than 200 lines of Python: a loop over the k "
+                              "steps simulates the Jacobians (a measurement); the exercise asks for the ratio "
+                              "as a formula in a, k and s. What is J^k for a rank-one J = u v^T?") from None
         try:
             got = float(got)
         except (TypeError, ValueError):
@@ -259,6 +328,10 @@ wrong_answer("check_rnn_step", "method", "torch's fused RNN cell", """
 def rnn_step(x, h, W_x, W_h, b):
     return torch.rnn_tanh_cell(x, h, W_x, W_h, b, torch.zeros_like(b))
 """, call="rnn_step", message=r"rnn_tanh_cell")
+wrong_answer("check_rnn_step", "method", "the aten operator behind the RNN cell, torch.ops.aten.rnn_tanh_cell", """
+def rnn_step(x, h, W_x, W_h, b):
+    return torch.ops.aten.rnn_tanh_cell(x, h, W_x, W_h, b, torch.zeros_like(b))
+""", call="rnn_step", message=r"rnn_tanh_cell")
 wrong_answer("check_rnn_step", "method", "an nn.RNNCell holding the given weights", """
 def rnn_step(x, h, W_x, W_h, b):
     cell = nn.RNNCell(W_x.shape[1], W_x.shape[0]).to(W_x.dtype)
@@ -299,6 +372,38 @@ def jordan_gradient_norm(lam, c, k):
     return float(mn(mp(W, k), ord=2))
 """, call="jordan_gradient_norm", message=r"matrix_power|matrix_norm")
 
+wrong_answer("check_jordan_gradient_norm", "method", "W^k by repeated squaring in plain Python, then sigma_max "
+             "of the 2x2 result by hand: a measurement of W^k, not a derivation", """
+def jordan_gradient_norm(lam, c, k):
+    def mul(A, B):
+        return [[A[0][0] * B[0][0] + A[0][1] * B[1][0], A[0][0] * B[0][1] + A[0][1] * B[1][1]],
+                [A[1][0] * B[0][0] + A[1][1] * B[1][0], A[1][0] * B[0][1] + A[1][1] * B[1][1]]]
+    M, P = [[1.0, 0.0], [0.0, 1.0]], [[lam, c], [0.0, lam]]
+    while k:
+        if k & 1:
+            M = mul(M, P)
+        P, k = mul(P, P), k >> 1
+    (p, q), (r, s) = M
+    t, d = p * p + q * q + r * r + s * s, (p * s - q * r) ** 2
+    return math.sqrt((t + math.sqrt(max(t * t - 4 * d, 0.0))) / 2)
+""", call="jordan_gradient_norm", message=r"repeated squaring")
+wrong_answer("check_jordan_gradient_norm", "method", "multiplies W into a 2x2 matrix k times, step by step", """
+def jordan_gradient_norm(lam, c, k):
+    a, b = 1.0, 0.0  # W^k = [[a, b], [0, a]]
+    for _ in range(k):
+        a, b = a * lam, a * c + b * lam
+    return (abs(b) + math.sqrt(b * b + 4 * a * a)) / 2
+""", call="jordan_gradient_norm", message=r"20,000 lines")
+wrong_answer("check_jordan_gradient_norm", "method", "sympy finds W^n in closed form: computer algebra, not a "
+             "derivation", """
+import sympy as sp
+def jordan_gradient_norm(lam, c, k):
+    L, C = sp.symbols("L C")
+    n = sp.symbols("n", integer=True, positive=True)
+    Wn = (sp.Matrix([[L, C], [0, L]]) ** n).subs({L: lam, C: c, n: k})
+    a, b = float(Wn[0, 0]), float(abs(Wn[0, 1]))
+    return (b + (b * b + 4 * a * a) ** 0.5) / 2
+""", call="jordan_gradient_norm", message=r"sympy")
 wrong_answer("check_jordan_gradient_norm", "method", "numpy's matrix_power and 2-norm", """
 import numpy
 def jordan_gradient_norm(lam, c, k):
@@ -399,6 +504,21 @@ def bound_slack(a, k, s):
     eps = 1 - math.tanh(s) ** 2
     return 2 ** k / ((1 - eps) ** k * math.sqrt(2) * math.sqrt(1 + eps ** 2))
 """, call="bound_slack", message=r"rank-one")
+wrong_answer("check_bound_slack", "method", "simulates the k steps with 2x2 products in plain Python and "
+             "takes sigma_max by hand: a measurement, not the derived ratio", """
+def bound_slack(a, k, s):
+    eps = 1 - math.tanh(s) ** 2
+    def smax(M):
+        (p, q), (r, t) = M
+        T, D = p * p + q * q + r * r + t * t, (p * t - q * r) ** 2
+        return math.sqrt((T + math.sqrt(max(T * T - 4 * D, 0.0))) / 2)
+    J = [[a, a], [-eps * a, -eps * a]]  # diag(1, eps) W at the fixed point
+    P = [[1.0, 0.0], [0.0, 1.0]]
+    for _ in range(k):
+        P = [[J[0][0] * P[0][0] + J[0][1] * P[1][0], J[0][0] * P[0][1] + J[0][1] * P[1][1]],
+             [J[1][0] * P[0][0] + J[1][1] * P[1][0], J[1][0] * P[0][1] + J[1][1] * P[1][1]]]
+    return smax([[a, a], [-a, -a]]) ** k / smax(P)
+""", call="bound_slack", message=r"200 lines")
 wrong_answer("check_bound_slack", "method", "simulates the Jacobians in numpy and measures them with np.linalg.norm", """
 import numpy as np
 def bound_slack(a, k, s):

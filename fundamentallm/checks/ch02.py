@@ -10,8 +10,14 @@ import torch
 from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
 from .wrong import wrong_answer
 
+# torch's softmax kernels under their other names (torch._softmax, torch.ops.aten.*), besides the
+# public torch.softmax / log_softmax and their aliases.
+_SOFTMAX_KERNELS = tuple(f"torch.{n}" for n in ("_softmax", "_log_softmax", "_safe_softmax") if hasattr(torch, n)) \
+    + tuple(f"torch.ops.aten.{n}" for n in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
+                                            "special_softmax") if hasattr(torch.ops.aten, n))
 
-@exercise_check(forbidden=("torch.softmax", "torch.log_softmax"))
+
+@exercise_check(forbidden=("torch.softmax", "torch.log_softmax") + _SOFTMAX_KERNELS)
 def check_softmax_rows(softmax_rows: Callable) -> str:
     """``softmax_rows(x)``: softmax over the last dimension, stable for large scores (no
     ``softmax`` or ``log_softmax`` routine)."""
@@ -42,7 +48,14 @@ def check_softmax_rows(softmax_rows: Callable) -> str:
         if got is not None and torch.isnan(torch.as_tensor(got)).any():
             raise CheckFailed(f"for {name}: the result contains NaN: which exps overflow to inf, or "
                               f"underflow so that a whole row sums to 0? Which shift, for each row, prevents both?")
-        assert_same(got, torch.softmax(x, dim=-1), what=f"softmax of {name}")
+        expected = torch.softmax(x, dim=-1)
+        if x.dtype == torch.float32 and isinstance(got, torch.Tensor) and got.shape == expected.shape \
+                and not torch.allclose(got, expected) and torch.allclose(got, expected, atol=1e-3, rtol=1e-3):
+            raise CheckFailed(f"for {name}: off by up to {float((got - expected).abs().max()):.1e}, more than "
+                              "float32 rounding of the result. Scores near 1000 are spaced 6e-5 apart in float32, "
+                              "so subtracting a computed number near 1000 (a log-sum-exp, a mean) loses digits; "
+                              "subtracting one of the row's own scores is exact: which one rules out overflow?")
+        assert_same(got, expected, what=f"softmax of {name}")
     return f"matches torch.softmax on {len(cases)} inputs, including large scores"
 
 
@@ -81,9 +94,19 @@ def _reference_attention(q, k, v, mask=None):
     return w @ v, w
 
 
+# torch.ops.aten's attention operators (those this torch version has): the kernels behind
+# F.scaled_dot_product_attention and nn.MultiheadAttention, callable directly.
+_ATEN_ATTENTION = tuple(f"torch.ops.aten.{n}" for n in (
+    "scaled_dot_product_attention", "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_attention_math_for_mps", "_native_multi_head_attention")
+    if hasattr(torch.ops.aten, n))
+
+
 @exercise_check(forbidden=("fundamentallm.attention.scaled_dot_product_attention",
                            "torch.nn.functional.scaled_dot_product_attention",
-                           "torch.nn.functional.multi_head_attention_forward"))
+                           "torch.nn.functional.multi_head_attention_forward") + _ATEN_ATTENTION)
 def check_attention(attention: Callable) -> str:
     """``attention(q, k, v, mask=None)`` -> ``(output, weights)``. A boolean mask keeps True keys,
     a float mask is added to the scores; a query with every key masked gets zeros, not NaN."""
@@ -241,6 +264,19 @@ def softmax_rows(x):
     e = torch.exp(x - m)
     return e / e.sum(-1, keepdim=True)
 """, call="softmax_rows", message=r"NaN")
+wrong_answer("check_softmax_rows", "mistake", "exp(x - logsumexp(x)): the log-space form, which loses digits "
+             "in float32 near 1000", """
+def softmax_rows(x):
+    return torch.exp(x - torch.logsumexp(x, -1, keepdim=True))
+""", call="softmax_rows", message=r"loses digits")
+wrong_answer("check_softmax_rows", "method", "torch's softmax kernel under its private name, torch._softmax", """
+def softmax_rows(x):
+    return torch._softmax(x, -1, False)
+""", call="softmax_rows", message=r"_softmax")
+wrong_answer("check_softmax_rows", "method", "the aten operator torch.ops.aten._softmax", """
+def softmax_rows(x):
+    return torch.ops.aten._softmax(x, -1, False)
+""", call="softmax_rows", message=r"_softmax")
 wrong_answer("check_softmax_rows", "method", "exponentiates torch's log_softmax", """
 def softmax_rows(x):
     return torch.log_softmax(x, dim=-1).exp()
@@ -302,6 +338,14 @@ wrong_answer("check_attention", "value", "returns the output only, not the pair 
 def output_only(q, k, v, mask=None):
     return attention(q, k, v, mask)[0]
 """, call="output_only", message=r"pair")
+wrong_answer("check_attention", "method", "torch's math kernel, torch.ops.aten._scaled_dot_product_attention_math", """
+def attention(q, k, v, mask=None):
+    if mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, float("-inf"))
+    _, w = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, mask)
+    w = w.nan_to_num(0.0)
+    return w @ v, w
+""", call="attention", message=r"_scaled_dot_product_attention_math")
 wrong_answer("check_attention", "method", "wraps the package's attention", """
 from fundamentallm.attention import scaled_dot_product_attention as sdpa
 def attention(q, k, v, mask=None):

@@ -56,14 +56,30 @@ def _random_scores(shape: tuple, scale: float, g: torch.Generator) -> torch.Tens
     return s.masked_fill(masked, float("-inf"))
 
 
-@exercise_check(forbidden=("torch.special.entr", "torch.softmax", "torch.log_softmax", "torch.distributions"))
+# Ways to take the logarithm of a weight (the weights' form -sum p ln p, which the exercise replaces by
+# the scores' form): ln Z comes from torch.logsumexp, and no other logarithm is needed.
+_NO_LOG = ("torch.log", "torch.log2", "torch.log10", "torch.log1p", "torch.xlogy", "torch.special.xlogy",
+           "torch.special.xlog1py", "math.log", "math.log2", "math.log10", "math.log1p", "numpy.log",
+           "numpy.log2", "numpy.log10", "numpy.log1p")
+
+
+# (as in ch02) torch's softmax kernels under their other names (torch._softmax, torch.ops.aten.*), besides the
+# public torch.softmax / log_softmax and their aliases.
+_SOFTMAX_KERNELS = tuple(f"torch.{n}" for n in ("_softmax", "_log_softmax", "_safe_softmax") if hasattr(torch, n)) \
+    + tuple(f"torch.ops.aten.{n}" for n in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
+                                            "special_softmax") if hasattr(torch.ops.aten, n))
+
+
+@exercise_check(forbidden=("torch.special.entr", "torch.softmax", "torch.log_softmax", "torch.distributions")
+                + _NO_LOG + _SOFTMAX_KERNELS)
 def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
     """``entropy_from_scores(scores)``: ``(..., T_q, T_k)`` attention scores, ``-inf`` where a key is
     masked -> ``(..., T_q)`` entropies in nats of ``softmax(scores)``, without a softmax or entropy
     routine; compared with ``entr(softmax(scores)).sum(-1)`` on fresh scores, masked and large ones
     included (float32 scores near +-800, where an unshifted exp overflows or underflows and ln Z
-    minus the mean score cancels unless the scores are shifted first). It grades
-    the numbers: the weights form ``-sum p ln p`` computed with care gives the same ones."""
+    minus the mean score cancels unless the scores are shifted first). No logarithm but
+    ``torch.logsumexp`` (torch's, math's and numpy's ``log`` family are refused), so the weights'
+    form ``-sum p ln p`` is refused and ``ln p_j = s_j - ln Z`` has to be derived."""
     g = rng(5)
     cases = {
         "unmasked scores (T_q=3, T_k=4)": torch.randn(3, 4, generator=g, dtype=torch.float64),
@@ -76,12 +92,24 @@ def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
             ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")),
         "rows with one visible key": torch.randn(3, 5, generator=g, dtype=torch.float64).masked_fill(
             torch.arange(5) != torch.randint(0, 5, (3, 1), generator=g), float("-inf")),
+        # Scores inside a model carry gradients: a detour through NumPy (np.log of the weights,
+        # which the profiler cannot see) fails here, as it would in training.
+        "scores that require grad, as in a model": torch.randn(2, 4, 6, generator=g,
+                                                               dtype=torch.float64).requires_grad_(),
     }
     for name, s in cases.items():
-        out = entropy_from_scores(s.clone())
+        try:
+            out = entropy_from_scores(s.clone())
+        except RuntimeError as e:
+            if s.requires_grad and "numpy" in str(e).lower():
+                raise CheckFailed(f"entropy_from_scores on {name}: your code left torch for NumPy ({e}). "
+                                  "Stay in torch: scores in a model carry gradients. No logarithm of a "
+                                  "weight is needed: what is ln p_j in terms of s_j and ln Z?") from None
+            raise
         what = f"entropy_from_scores on {name}"
         check_shape(out, s.shape[:-1], what=what)
-        out = _as_tensor(out).double()
+        out = _as_tensor(out).detach().double()
+        s = s.detach()
         if torch.isnan(out).any():
             raise CheckFailed(f"{what}: got NaN. A masked key has weight 0 and score -inf: which of your "
                               "products becomes 0·(-inf) or 0·log 0, and what should that term contribute?")
@@ -122,6 +150,20 @@ def _ref_cross(x, memory, w_q, w_k, w_v, w_o, num_heads, memory_mask):
         return ref(x, memory, memory, key_padding_mask=pad, need_weights=False)[0]
 
 
+def _cross_variant(x, memory, w_q, w_k, w_v, w_o, H, keep, scale):
+    """Multi-head cross-attention with a given score scale and a boolean ``keep`` (B, T_k) mask:
+    the diagnosis of two common slips (the scale of the whole width, the mask inverted)."""
+    B, T_q, C = x.shape
+    T_k, D = memory.shape[1], C // H
+    q = (x @ w_q.T).view(B, T_q, H, D).transpose(1, 2)
+    k = (memory @ w_k.T).view(B, T_k, H, D).transpose(1, 2)
+    v = (memory @ w_v.T).view(B, T_k, H, D).transpose(1, 2)
+    scores = q @ k.transpose(-2, -1) / scale
+    if keep is not None:
+        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+    return (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(B, T_q, C) @ w_o.T
+
+
 @exercise_check(forbidden=("torch.nn.functional.multi_head_attention_forward", "torch.nn.MultiheadAttention.forward",
                            "torch.nn.functional.scaled_dot_product_attention",
                            "fundamentallm.attention.scaled_dot_product_attention",
@@ -154,8 +196,18 @@ def check_cross_attention(multi_head_cross_attention: Callable) -> str:
         if torch.isnan(out).any():
             raise CheckFailed(f"{what}: NaN in the output: does some query see no key at all? Which "
                               "value of memory_mask marks a real token?")
-        assert_same(out, _ref_cross(x, memory, w_q, w_k, w_v, w_o, H, mask),
-                    what=what + " (vs nn.MultiheadAttention)", atol=1e-10, rtol=1e-8)
+        expected = _ref_cross(x, memory, w_q, w_k, w_v, w_o, H, mask)
+        if out.shape == expected.shape and not torch.allclose(out, expected, atol=1e-10, rtol=1e-8):
+            if H > 1 and torch.allclose(out, _cross_variant(x, memory, w_q, w_k, w_v, w_o, H, mask, C ** 0.5),
+                                        atol=1e-10, rtol=1e-8):
+                raise CheckFailed(f"{what}: your scores are scaled for dot products of length C = {C}; how "
+                                  "many terms does one head's dot product q_h . k_h have?")
+            if mask is not None and (~mask).any(-1).all() and torch.allclose(
+                    out, _cross_variant(x, memory, w_q, w_k, w_v, w_o, H, ~mask, (C // H) ** 0.5),
+                    atol=1e-10, rtol=1e-8):
+                raise CheckFailed(f"{what}: your queries read exactly the padded positions and skip the real "
+                                  "ones: which value of memory_mask marks a real source token?")
+        assert_same(out, expected, what=what + " (vs nn.MultiheadAttention)", atol=1e-10, rtol=1e-8)
     return f"{len(cases)} fresh cases equal to nn.MultiheadAttention, T_q != T_k and padded memories included"
 
 
@@ -267,7 +319,7 @@ wrong_answer("check_entropy_from_scores", "mistake", "entropy in bits (log2), no
 def entropy_from_scores(s):
     z = torch.logsumexp(s, -1, keepdim=True)
     p = torch.exp(s - z)
-    return -(torch.where(p > 0, p * (s - z), torch.zeros_like(p)) / math.log(2)).sum(-1)
+    return -(torch.where(p > 0, p * (s - z), torch.zeros_like(p)) / 0.6931471805599453).sum(-1)
 """, call="entropy_from_scores", message=r"differ")
 wrong_answer("check_entropy_from_scores", "edge", "0·(-inf) at the masked keys gives NaN", """
 def entropy_from_scores(s):
@@ -284,9 +336,8 @@ def entropy_from_scores(s):
 wrong_answer("check_entropy_from_scores", "edge", "exp of the raw scores, no shift (overflows in float32)", """
 def entropy_from_scores(s):
     e = torch.exp(s)
-    z = e.sum(-1, keepdim=True)
-    p = e / z
-    return torch.log(z).squeeze(-1) - torch.where(p > 0, p * s, torch.zeros_like(p)).sum(-1)
+    p = e / e.sum(-1, keepdim=True)
+    return torch.logsumexp(s, -1) - (p * s).sum(-1)
 """, call="entropy_from_scores", message=r"NaN|infinite")
 wrong_answer("check_entropy_from_scores", "edge", "ln Z - sum p s without shifting the scores: cancels in float32 near 800", """
 def entropy_from_scores(s):
@@ -294,6 +345,29 @@ def entropy_from_scores(s):
     p = torch.exp(s - z)
     return z[..., 0] - torch.where(p > 0, p * s, torch.zeros_like(p)).sum(-1)
 """, call="entropy_from_scores", message=r"shift of the scores")
+wrong_answer("check_entropy_from_scores", "method", "the weights' form -sum p log p, with torch.log of the "
+             "weights: the entropy's definition, not the scores' form", """
+def entropy_from_scores(s):
+    p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True))
+    return -torch.where(p > 0, p * torch.log(p), torch.zeros_like(p)).sum(-1)
+""", call="entropy_from_scores", message=r"torch\.log")
+wrong_answer("check_entropy_from_scores", "method", "the weights' form with the Tensor method p.log2() / log2(e)", """
+def entropy_from_scores(s):
+    p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True))
+    return -torch.where(p > 0, p * p.log2() * 0.6931471805599453, torch.zeros_like(p)).sum(-1)
+""", call="entropy_from_scores", message=r"log2")
+wrong_answer("check_entropy_from_scores", "method", "the weights' form with NumPy's log (a ufunc the profiler "
+             "does not see)", """
+def entropy_from_scores(s):
+    p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True))
+    log_p = torch.from_numpy(np.log(np.where(p.numpy() > 0, p.numpy(), 1.0)))
+    return -(p * log_p).sum(-1)
+""", call="entropy_from_scores", message=r"left torch for NumPy")
+wrong_answer("check_entropy_from_scores", "method", "the weights from torch's softmax kernel, torch._softmax", """
+def entropy_from_scores(s):
+    p = torch._softmax(s, -1, False)
+    return (torch.logsumexp(s, -1) - torch.where(p > 0, p * s, torch.zeros_like(p)).sum(-1))
+""", call="entropy_from_scores", message=r"_softmax")
 wrong_answer("check_entropy_from_scores", "method", "torch's Categorical computes it", """
 from torch.distributions import Categorical as Dist
 def entropy_from_scores(s):
@@ -318,7 +392,7 @@ def cross(x, memory, w_q, w_k, w_v, w_o, num_heads, memory_mask=None, scale_by_C
 wrong_answer("check_cross_attention", "mistake", "scales by sqrt(C), not sqrt(D)", _CROSS + """
 def f(*a, memory_mask=None):
     return cross(*a, memory_mask=memory_mask, scale_by_C=True)
-""", call="f", message=r"vs nn\.MultiheadAttention")
+""", call="f", message=r"one head's dot product")
 wrong_answer("check_cross_attention", "mistake", "self-attention: keys and values from x, not from memory", _CROSS + """
 def f(x, memory, *a, memory_mask=None):
     return cross(x, x, *a, memory_mask=None)

@@ -19,7 +19,7 @@ from .core import (
 from .wrong import wrong_answer
 
 
-@exercise_check(forbidden=("fundamentallm.positions.rotate_half",))
+@exercise_check(forbidden=("fundamentallm.positions.rotate_half", "transformers"))
 def check_rotate_half(rotate_half: Callable) -> str:
     """``rotate_half(x)``: ``(x1, x2) -> (-x2, x1)`` on the two halves of the last dimension;
     ``ValueError`` for an odd last dimension."""
@@ -189,10 +189,31 @@ def check_base_for_slow_pairs(base_for_slow_pairs: Callable) -> str:
         raise CheckFailed(f"{what}: a base just below yours still makes {n_slow} pairs slow, so yours "
                           f"is not the threshold: where does the pair that becomes slow last turn "
                           f"exactly once?")
+    # The derivation gives b* as an expression of the context; a search for the base, however fine,
+    # gives a number with no derivative. With context a tensor that requires grad, d b*/d context
+    # must be D/(D - 2 n_slow) * b*/context.
+    D, n_slow = 64, 9
+    context = torch.tensor(4096.0, dtype=torch.float64, requires_grad=True)
+    what = f"base_for_slow_pairs(D={D}, context=torch.tensor(4096.0, requires_grad=True), n_slow={n_slow})"
+    got = base_for_slow_pairs(D, context, n_slow)
+    if not (isinstance(got, torch.Tensor) and got.requires_grad):
+        raise CheckFailed(f"{what} returned {type(got).__name__} {float(got):.6g} with no derivative with "
+                          "respect to the context: your base is not an expression of the context (a search "
+                          "for it, or math.log / float() on the tensor, loses the dependence). Solve the "
+                          "inequality for the base and write the result with operations that accept a tensor "
+                          "(** and /, torch.log)")
+    (slope,) = torch.autograd.grad(got.sum(), context)
+    b_star = (4096.0 / (2 * math.pi)) ** (D / (D - 2 * n_slow))
+    expected_slope = D / (D - 2 * n_slow) * b_star / 4096.0
+    if not abs(float(slope) / expected_slope - 1) <= 1e-9:
+        raise CheckFailed(f"{what}: your b* changes with the context at the rate {float(slope):.6g} per "
+                          f"position, the threshold at {expected_slope:.6g}: your expression has the right "
+                          "value here but not the right dependence on the context; solve the inequality for "
+                          "the base")
     _expect_value_error(lambda: base_for_slow_pairs(16, 4096, 8), "base_for_slow_pairs(D=16, context=4096, "
                         "n_slow=8), every pair slow (pair 0 turns by context radians at any base)", "n_slow")
-    return (f"{len(cases)} settings, D from 16 to 128 and contexts up to a million positions, and "
-            f"n_slow = D/2 refused")
+    return (f"{len(cases)} settings, D from 16 to 128 and contexts up to a million positions, b* an "
+            f"expression of the context (its derivative checked), and n_slow = D/2 refused")
 
 
 def _rope_scores(x: torch.Tensor, weight: torch.Tensor, H: int, rope) -> torch.Tensor:
@@ -291,6 +312,13 @@ def rope_score_matrix(offset, D, base=10000.0):
     return M
 """, call="rope_score_matrix", message=r"rotated score")
 
+wrong_answer("check_rotate_half", "method", "Hugging Face's rotate_half from the LLaMA model", """
+from transformers.models.llama.modeling_llama import rotate_half as hf_rotate_half
+def rotate_half(x):
+    if x.shape[-1] % 2:
+        raise ValueError(f"the last dimension must be even, got {x.shape[-1]}")
+    return hf_rotate_half(x)
+""", call="rotate_half", message=r"transformers")
 wrong_answer("check_rotate_half", "mistake", "rotates interleaved pairs (GPT-J layout)", """
 def rotate_half(x):
     if x.shape[-1] % 2:
@@ -351,6 +379,24 @@ def base_for_slow_pairs(D, context, n_slow):
         lo, hi = (mid, hi) if count(mid) < n_slow else (lo, mid)
     return hi
 """, call="base_for_slow_pairs", message=r"instead of\s+searching")
+wrong_answer("check_base_for_slow_pairs", "method", "bisection on log(base) counting the slow pairs, 200 steps "
+             "(exact to rounding, but a search: it needs neither the inequality solved nor which pair decides)",
+             _BASE + """
+def base_for_slow_pairs(D, context, n_slow):
+    _check_n(D, n_slow)
+    count = lambda log_b: sum(bool(context * math.exp(-2 * i / D * log_b) < 2 * math.pi) for i in range(D // 2))
+    lo, hi = 0.0, 2000.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if count(mid) >= n_slow else (mid, hi)
+    return math.exp(hi)
+""", call="base_for_slow_pairs", message=r"no derivative")
+wrong_answer("check_base_for_slow_pairs", "edge", "the right formula through math.log, which turns a tensor "
+             "context into a plain number", _BASE + """
+def base_for_slow_pairs(D, context, n_slow):
+    _check_n(D, n_slow)
+    return math.exp(D / (D - 2 * n_slow) * math.log(context / (2 * math.pi)))
+""", call="base_for_slow_pairs", message=r"accept a tensor")
 wrong_answer("check_base_for_slow_pairs", "edge", "no ValueError when every pair must be slow: returns "
              "infinity", """
 def base_for_slow_pairs(D, context, n_slow):

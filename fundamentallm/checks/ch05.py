@@ -42,8 +42,21 @@ def _ch05_grads(out: Any, inputs: list[torch.Tensor], upstream: torch.Tensor, wh
     return torch.autograd.grad((out * upstream).sum(), inputs, allow_unused=True)
 
 
-@exercise_check(forbidden=("fundamentallm.norms.LayerNorm.forward", "torch.nn.functional.layer_norm",
-                           "torch.layer_norm", "torch.native_layer_norm"))
+# Every normalization routine of torch and of the package: each of them, reshaped, computes the
+# others (LayerNorm is GroupNorm with one group, or BatchNorm of the transpose; a group of GroupNorm
+# is LayerNorm of that group), so the norm exercises refuse the whole family.
+_NORM_ROUTINES = tuple(f"torch.{n}" for n in (
+    "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm", "native_batch_norm",
+    "instance_norm", "rms_norm") if hasattr(torch, n)) + tuple(
+    f"torch.nn.functional.{n}" for n in ("layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm")
+    if hasattr(torch.nn.functional, n)) + ("fundamentallm.norms.LayerNorm.forward", "fundamentallm.norms.RMSNorm.forward") \
+    + tuple(f"torch.ops.aten.{n}" for n in (
+        "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm", "native_batch_norm",
+        "_native_batch_norm_legit", "_batch_norm_impl_index", "instance_norm", "rms_norm", "_fused_rms_norm")
+        if hasattr(torch.ops.aten, n))
+
+
+@exercise_check(forbidden=_NORM_ROUTINES)
 def check_layer_norm(layer_norm: Callable) -> str:
     """``layer_norm(x, weight, bias, eps)``: normalise the last dimension with the biased
     variance, eps inside the square root, then scale and shift; outputs and gradients equal to
@@ -127,8 +140,18 @@ def _ch05_not_approximate(got: torch.Tensor, expected: torch.Tensor, what: str,
                           "approximation (a finite difference) is not the derivative; derive every term")
 
 
-@exercise_check(forbidden=("torch.autograd.grad", "torch.Tensor.backward", "torch.func",
-                           "torch.autograd.forward_ad", "torch.autograd.functional"), by_hand=True)
+# The backward kernels torch runs for BatchNorm, callable directly (torch.ops.aten, and two under torch).
+_BN_BACKWARD_KERNELS = tuple(f"torch.ops.aten.{n}" for n in (
+    "native_batch_norm_backward", "batch_norm_backward", "_batch_norm_impl_index_backward",
+    "miopen_batch_norm_backward", "cudnn_batch_norm_backward", "batch_norm_backward_reduce",
+    "batch_norm_backward_elemt") if hasattr(torch.ops.aten, n)) + tuple(
+    f"torch.{n}" for n in ("batch_norm_backward_reduce", "batch_norm_backward_elemt") if hasattr(torch, n))
+
+
+@exercise_check(forbidden=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward", "torch.func",
+                           "torch.autograd.forward_ad", "torch.autograd.functional", "sympy", "mpmath")
+                + _BN_BACKWARD_KERNELS,
+                by_hand=True)
 def check_batch_norm_backward(batch_norm_backward: Callable) -> str:
     """``batch_norm_backward(x, gamma, dy, eps=1e-5)`` -> ``(dx, dgamma, dbeta)`` for training-mode
     BatchNorm of ``x`` (N, C) with batch statistics (biased variance), given the upstream gradient
@@ -185,7 +208,7 @@ def check_norm_ablation_prediction(growth_prediction) -> str:
     return "the norm turns a multiplicative growth into an additive one"
 
 
-@exercise_check(forbidden=("torch.nn.functional.group_norm", "torch.group_norm"))
+@exercise_check(forbidden=_NORM_ROUTINES)
 def check_group_norm(group_norm: Callable) -> str:
     """``group_norm(x, num_groups, weight, bias, eps=1e-5)`` for ``x`` (N, C): normalize each
     sample over each group of ``C // num_groups`` consecutive channels, then the per-channel gain
@@ -263,6 +286,36 @@ def check_branch_scale(branch_scale: Callable) -> str:
 
 # --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 05) ------
 
+wrong_answer("check_layer_norm", "method", "the aten operator torch.ops.aten.native_layer_norm", """
+def layer_norm(x, weight, bias, eps=1e-5):
+    return torch.ops.aten.native_layer_norm(x, [x.shape[-1]], weight, bias, eps)[0]
+""", call="layer_norm", message=r"native_layer_norm")
+wrong_answer("check_group_norm", "method", "the aten operator torch.ops.aten.native_group_norm", """
+def group_norm(x, num_groups, weight, bias, eps=1e-5):
+    N, C = x.shape
+    if C % num_groups:
+        raise ValueError(f"num_groups={num_groups} must divide C={C}")
+    return torch.ops.aten.native_group_norm(x, weight, bias, N, C, 1, num_groups, eps)[0]
+""", call="group_norm", message=r"native_group_norm")
+wrong_answer("check_layer_norm", "method", "F.group_norm with one group: LayerNorm under another name", """
+def layer_norm(x, weight, bias, eps=1e-5):
+    C = x.shape[-1]
+    return F.group_norm(x.reshape(-1, C), 1, weight, bias, eps).reshape(x.shape)
+""", call="layer_norm", message=r"group_norm")
+wrong_answer("check_layer_norm", "method", "F.batch_norm of the transpose: each token's channels become a batch", """
+def layer_norm(x, weight, bias, eps=1e-5):
+    C = x.shape[-1]
+    y = F.batch_norm(x.reshape(-1, C).T, None, None, training=True, eps=eps).T
+    return y.reshape(x.shape) * weight + bias
+""", call="layer_norm", message=r"batch_norm")
+wrong_answer("check_group_norm", "method", "F.layer_norm of each group: GroupNorm from the LayerNorm routine", """
+def group_norm(x, num_groups, weight, bias, eps=1e-5):
+    N, C = x.shape
+    if C % num_groups:
+        raise ValueError(f"num_groups={num_groups} must divide C={C}")
+    return F.layer_norm(x.reshape(N, num_groups, C // num_groups), (C // num_groups,), eps=eps).reshape(N, C) \
+        * weight + bias
+""", call="group_norm", message=r"layer_norm")
 wrong_answer("check_layer_norm", "mistake", "the unbiased variance (torch's default var)", """
 def layer_norm(x, weight, bias, eps=1e-5):
     mean = x.mean(dim=-1, keepdim=True)
@@ -307,6 +360,20 @@ def _bn(x, gamma, dy, eps):
     dx = inv_std * (g - g.mean(dim=0) - x_hat * (g * x_hat).mean(dim=0))
     return dx, (dy * x_hat).sum(dim=0), dy.sum(dim=0), inv_std
 """
+wrong_answer("check_batch_norm_backward", "method", "torch.autograd.backward(y, dy) through F.batch_norm", """
+def batch_norm_backward(x, gamma, dy, eps=1e-5):
+    x = x.clone().requires_grad_()
+    g = gamma.clone().requires_grad_()
+    b = torch.zeros_like(gamma, requires_grad=True)
+    torch.autograd.backward(F.batch_norm(x, None, None, g, b, training=True, eps=eps), dy)
+    return x.grad, g.grad, b.grad
+""", call="batch_norm_backward", message=r"torch\.autograd\.backward")
+wrong_answer("check_batch_norm_backward", "method", "torch's own BatchNorm backward kernel, torch.ops.aten", """
+def batch_norm_backward(x, gamma, dy, eps=1e-5):
+    mean, invstd = x.mean(0), 1 / torch.sqrt(x.var(0, unbiased=False) + eps)
+    return torch.ops.aten.native_batch_norm_backward(dy, x, gamma, None, None, mean, invstd, True, eps,
+                                                     [True, True, True])
+""", call="batch_norm_backward", message=r"batch_norm_backward")
 wrong_answer("check_batch_norm_backward", "mistake", "treats the batch mean and variance as constants", _BN_RIGHT + """
 def batch_norm_backward(x, gamma, dy, eps=1e-5):
     _, dgamma, dbeta, inv_std = _bn(x, gamma, dy, eps)
@@ -367,7 +434,8 @@ wrong_answer("check_group_norm", "mistake", "LayerNorm over all C channels", """
 def group_norm(x, num_groups, weight, bias, eps=1e-5):
     if x.shape[1] % num_groups:
         raise ValueError(f"num_groups={num_groups} must divide C")
-    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt((x - mean).pow(2).mean(-1, keepdim=True) + eps) * weight + bias
 """, call="group_norm", message=r"that is LayerNorm over all C channels")
 wrong_answer("check_group_norm", "mistake", "statistics over the batch (BatchNorm)", """
 def group_norm(x, num_groups, weight, bias, eps=1e-5):
