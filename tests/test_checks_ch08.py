@@ -51,3 +51,16 @@ def test_the_tie_rules_differ_on_the_exercise_text():
 def test_the_tie_rule_is_checked():
     with pytest.raises(ValueError, match="tie='ids' must be one of"):
         _ch08_train_bpe("abab", 2, tie="ids")
+
+
+def test_the_long_text_answer_follows_from_short_repetitions():
+    """check_bpe_prediction's answer for "ab.xy." * 2**40 (worked out, never run): on 2**m repeats the
+    package learns the same first five merges and m + 4 merges in all, so 2**40 gives 44."""
+    from fundamentallm.checks.ch08 import _ch08_long_text_truth
+
+    first, count, firsts = _ch08_long_text_truth()
+    assert (first, count) == ("y.", 44) and firsts["first seen"] == "ab"
+    for m in range(1, 7):
+        package = ByteBPETokenizer.from_text("ab.xy." * 2 ** m, 256 + 100, pattern=None)
+        learned = [package.token_bytes(i).decode() for i in package.merges.values()]
+        assert learned[:5] == ["y.", "xy.", "b.", "b.xy.", "ab.xy."] and len(learned) == m + 4

@@ -188,12 +188,40 @@ def test_by_hand_refuses_complex_step_differentiation_in_every_spelling():
         cube = lambda v: v ** 3
         return np.array([cube(complex(t, 1e-30)).imag / 1e-30 for t in x.tolist()])
 
+    def inline_step(x):  # complex only on the value stack, never in a variable the profiler reads
+        return np.array([((t + 1e-30j) ** 3).imag / 1e-30 for t in x.tolist()])
+
+    def reset_step(x):  # a complex local, reset to a float before the function returns
+        out = []
+        for t in x.tolist():
+            z = (t + 1e-30j) ** 3
+            out.append(z.imag / 1e-30)
+            z = 0.0
+        return np.array(out)
+
+    class Dual:  # forward-mode autodiff by hand: (value, derivative) through *
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+        def __mul__(self, o):
+            return Dual(self.a * o.a, self.a * o.b + self.b * o.a)
+
+    def dual_numbers(x):
+        z = Dual(x, np.ones_like(x))
+        return (z * z * z).b
+
+    def real_part_is_fine(x):  # .real and float64 arithmetic alone are not refused
+        return (3 * x ** 2).real
+
     try:
         assert checks.BY_HAND >= {"check_core_demo_by_hand"}
         assert check_core_demo_by_hand(lambda x: 3 * x ** 2) is True
-        for fn in (torch_step, numpy_step, cmath_step, helper_step):
+        assert check_core_demo_by_hand(real_part_is_fine) is True
+        for fn in (torch_step, numpy_step, cmath_step, helper_step, inline_step, reset_step):
             with pytest.raises(CheckFailed, match="complex-step differentiation"):
                 check_core_demo_by_hand(fn)
+        with pytest.raises(CheckFailed, match="overloads arithmetic"):
+            check_core_demo_by_hand(dual_numbers)
     finally:
         checks.CHECKS.pop("check_core_demo_by_hand", None)
         FORBIDDEN.pop("check_core_demo_by_hand", None)

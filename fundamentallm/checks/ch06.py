@@ -386,3 +386,42 @@ def rms_norm_jacobian(z, weight, eps=1e-5):
     zc, h = z.to(torch.complex128), 1e-30
     return torch.stack([f(zc + 1j * h * e).imag / h for e in torch.eye(len(z), dtype=torch.float64)], 1)
 """, call="rms_norm_jacobian", message=r"complex-step differentiation")
+wrong_answer("check_rms_norm_jacobian", "method", "complex-step differentiation inline on Python floats, "
+             "the complex temporaries reset before returning", """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    zs, ws, C, h = z.tolist(), weight.tolist(), len(z), 1e-30
+    J = [[0.0] * C for _ in range(C)]
+    for j in range(C):
+        ms = 0.0
+        for k in range(C):
+            ms = ms + (zs[k] + (h * 1j if k == j else 0)) ** 2
+        r = (ms / C + eps) ** 0.5
+        for i in range(C):
+            J[i][j] = ((zs[i] + (h * 1j if i == j else 0)) / r * ws[i]).imag / h
+        ms = r = 0.0
+    return torch.tensor(J, dtype=torch.float64)
+""", call="rms_norm_jacobian", message=r"complex")
+wrong_answer("check_rms_norm_jacobian", "method", "dual numbers: a hand-written (value, derivative) class, "
+             "one forward pass per column (forward-mode autodiff)", """
+class Dual:
+    def __init__(self, a, b=0.0):
+        self.a, self.b = a, b
+    def __add__(self, o):
+        o = o if isinstance(o, Dual) else Dual(o)
+        return Dual(self.a + o.a, self.b + o.b)
+    def __mul__(self, o):
+        o = o if isinstance(o, Dual) else Dual(o)
+        return Dual(self.a * o.a, self.a * o.b + self.b * o.a)
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    zs, ws, C = z.tolist(), weight.tolist(), len(z)
+    J = [[0.0] * C for _ in range(C)]
+    for j in range(C):
+        v = [Dual(zs[k], float(k == j)) for k in range(C)]
+        ms = Dual(eps)
+        for k in range(C):
+            ms = ms + v[k] * v[k] * Dual(1 / C)
+        r = Dual(ms.a ** -0.5, -0.5 * ms.a ** -1.5 * ms.b)  # 1 / sqrt
+        for i in range(C):
+            J[i][j] = (v[i] * r * Dual(ws[i])).b
+    return torch.tensor(J, dtype=torch.float64)
+""", call="rms_norm_jacobian", message=r"overloads arithmetic")

@@ -120,11 +120,13 @@ def _ffn_count(d_model: int, d_ff: int, activation: str) -> int:
     return 2 * d_model * d_ff + d_ff + d_model
 
 
-@exercise_check
+@exercise_check(forbidden=("fundamentallm.feedforward.FeedForward.__init__",))
 def check_swiglu_matched_width(swiglu_matched_width: Callable) -> str:
     """``swiglu_matched_width(d_model, d_ff)`` -> the integer hidden width of a SwiGLU FFN (with
     biases) whose parameter count is closest to that of a GELU FFN of width ``d_ff`` (with
-    biases); the counts are taken from ``fundamentallm.FeedForward`` itself."""
+    biases); the counts are taken from ``fundamentallm.FeedForward`` itself. The student's
+    function may not build a ``FeedForward``: a search over widths that counts the package's
+    parameters answers without counting the biases (found by the cold read of 2026-11-28)."""
     from ..feedforward import FeedForward
 
     cases = [(4, 16), (8, 32), (64, 256), (768, 3072), (5, 7), (3, 1)]  # (d_model, d_ff)
@@ -503,3 +505,12 @@ def answer(config):
     V, d, L = cfg.vocab_size, cfg.d_model, cfg.num_layers
     return V * d + cfg.max_seq_len * d + L * block + 2 * d
 """, call="answer", message=r"not to use fundamentallm.model.TransformerBlock")
+
+wrong_answer("check_swiglu_matched_width", "method", "a search over widths that counts the package's "
+             "FeedForward parameters (on the meta device, so it is fast): no counting by hand", """
+def swiglu_matched_width(d_model, d_ff):
+    with torch.device("meta"):
+        count = lambda w, act: sum(p.numel() for p in fundamentallm.FeedForward(d_model, w, activation=act).parameters())
+        target = count(d_ff, "gelu")
+        return min(range(1, 3 * d_ff + 2), key=lambda w: abs(count(w, "swiglu") - target))
+""", call="swiglu_matched_width", message=r"asks you not to use fundamentallm.feedforward.FeedForward")

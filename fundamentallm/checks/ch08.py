@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from ..tokenizers import _merge  # the package's pair replacement is the reference
@@ -216,19 +217,78 @@ def _ch08_token_strings(ids: list, merges: dict) -> list:
 BPE_PREDICT_TEXT = "ab.xy.ab.xy"
 
 
+BPE_LONG_PERIOD, BPE_LONG_REPEATS = "ab.xy.", 2 ** 40  # a text of 6.6 TB: predicted, never run
+
+
+def _ch08_long_text_truth() -> tuple[str, int, dict]:
+    """(first merge, number of merges, {tie rule: its first merge}) of BPE trained on
+    ``"ab.xy." * 2**40`` with room for 100 merges. Worked out, not run: the merges inside the period
+    are those of a shorter repetition with the same ties (every pair of the period occurs once per
+    repeat, the one across the end of the text once less); then the text is one token repeated
+    2**40 times, and each merge of (X, X), replacing left to right, halves the count until two
+    tokens remain, whose one pair does not occur twice."""
+    short = _ch08_merge_strings(_ch08_train_bpe(BPE_LONG_PERIOD * 16, 100))
+    inside = sum(len(t) <= len(BPE_LONG_PERIOD) for t in short)
+    n, doublings = BPE_LONG_REPEATS, 0
+    while n - 1 >= 2:  # the pair (X, X) occurs n - 1 times (overlaps counted)
+        n, doublings = n // 2, doublings + 1
+    firsts = {rule: _ch08_merge_strings(_ch08_train_bpe(BPE_LONG_PERIOD * 16, 1, tie=rule))[0]
+              for rule in _CH08_TIE_RULES}
+    return short[0], inside + doublings, firsts
+
+
+def _ch08_check_long_text(long_text_prediction: Any) -> None:
+    require_prediction(long_text_prediction, "long_text_prediction", 'a dict {"first": str, "merges": int}')
+    answer = long_text_prediction
+    if not isinstance(answer, dict) or set(answer) != {"first", "merges"}:
+        raise CheckFailed('long_text_prediction needs exactly the keys "first" (a string) and "merges" (an int)')
+    first, count, firsts = _ch08_long_text_truth()
+    if not isinstance(answer["first"], str):
+        raise CheckFailed(f'long_text_prediction["first"] must be a string, got {answer["first"]!r}')
+    if answer["first"] != first:
+        if answer["first"] == _ch08_merge_strings(_ch08_train_bpe(BPE_PREDICT_TEXT, 1))[0]:
+            why = ("that is the first merge of 'ab.xy.ab.xy', which ends with 'y'; this text ends with '.' "
+                   "and is periodic: which pairs of one period occur equally often now, and which does "
+                   "the chapter's rule pick among them?")
+        else:
+            rule = next((r for r in _CH08_TIE_RULES[1:] if answer["first"] == firsts[r]), None)
+            why = (f"that is the choice of the tie rule '{rule}', not of train_bpe" if rule else
+                   "list the pairs of one period 'ab.xy.' and the one across the boundary to the next; "
+                   "how often does each occur in 2**40 repeats, and which does the chapter's rule pick?")
+        raise CheckFailed(f'long_text_prediction["first"] = {answer["first"]!r}: {why}')
+    merges = answer["merges"]
+    if isinstance(merges, bool) or not isinstance(merges, (int, np.integer)):
+        raise CheckFailed(f'long_text_prediction["merges"] must be an int, got {merges!r}')
+    if merges != count:
+        inside = count - 39
+        if merges == inside:
+            why = ("once the period is one token, the text is that token repeated 2**40 times: does the "
+                   "pair of two equal tokens occur twice?")
+        elif merges in (count + 1, inside + 40):
+            why = "when does training stop? Count the pairs when two tokens are left"
+        else:
+            why = ("merge the period first, then follow the number of tokens: what does one merge of "
+                   "(X, X), replacing left to right, do to n identical tokens, and when does training stop?")
+        raise CheckFailed(f'long_text_prediction["merges"] = {merges}: {why}')
+
+
 @exercise_check
-def check_bpe_prediction(predicted_merges: Any) -> str:
+def check_bpe_prediction(predicted_merges: Any, long_text_prediction: Any = None) -> str:
     """``predicted_merges``: the tokens that byte-level BPE creates, as strings, in the order it learns
     them, trained on ``"ab.xy.ab.xy"`` alone with the chapter's rules (overlapping pairs counted; among
     equally frequent pairs the greatest bytes, as ``train_bpe`` and ``ByteBPETokenizer``; stop when no
-    pair occurs twice)."""
+    pair occurs twice). ``long_text_prediction``: ``{"first": the first merge, "merges": how many}``
+    for ``"ab.xy." * 2**40`` with room for 100 merges, a text too long to run (the part that running
+    ``train_bpe`` on the exercise's text cannot answer)."""
     require_prediction(predicted_merges, "predicted_merges", "a list of strings")
     if not isinstance(predicted_merges, (list, tuple)) or not all(isinstance(t, str) for t in predicted_merges):
         raise CheckFailed(f"predicted_merges must be a list of strings, got {str(predicted_merges)[:60]}")
     got = list(predicted_merges)
     truth = _ch08_merge_strings(_ch08_train_bpe(BPE_PREDICT_TEXT, 20))
     if got == truth:
-        return f"{len(truth)} merges in the chapter's order"
+        _ch08_check_long_text(long_text_prediction)
+        return (f"{len(truth)} merges in the chapter's order on 'ab.xy.ab.xy'; the first merge and the "
+                "number of merges of the 6.6 TB text")
     if any(t not in BPE_PREDICT_TEXT or len(t) < 2 for t in got):
         raise CheckFailed("every merged token is two or more adjacent characters of the text, and a merge "
                           "joins two tokens that already exist")
@@ -299,19 +359,19 @@ def char_encode(text, stoi, unk_id):
 
 wrong_answer("check_bpe_prediction", "mistake", "breaks ties by the smallest pair of ids (the rule the old solution taught)", """
 predicted_merges = [".x", "ab", ".xy", "ab.xy"]
-""", call="predicted_merges", message=r"tie rule 'smallest ids'.*reread")
+""", call="predicted_merges, {'first': 'y.', 'merges': 44}", message=r"tie rule 'smallest ids'.*reread")
 wrong_answer("check_bpe_prediction", "mistake", "breaks ties by the pair seen first (minbpe's rule)", """
 predicted_merges = ["ab", "ab.", "ab.x", "ab.xy"]
-""", call="predicted_merges", message=r"tie rule 'first seen'")
+""", call="predicted_merges, {'first': 'y.', 'merges': 44}", message=r"tie rule 'first seen'")
 wrong_answer("check_bpe_prediction", "mistake", "the greatest bytes, but pairs not recounted after a merge", """
 predicted_merges = ["xy", "b.", "ab", ".x"]
-""", call="predicted_merges", message=r"not the merges training makes")
+""", call="predicted_merges, {'first': 'y.', 'merges': 44}", message=r"not the merges training makes")
 wrong_answer("check_bpe_prediction", "edge", "keeps merging pairs that occur once", """
 predicted_merges = ["xy", "b.", "b.xy", "ab.xy", "ab.xy."]
-""", call="predicted_merges", message=r"different number of merges")
+""", call="predicted_merges, {'first': 'y.', 'merges': 44}", message=r"different number of merges")
 wrong_answer("check_bpe_prediction", "value", "the final tokens of the text, not the merges", """
 predicted_merges = "ab.xy . ab.xy"
-""", call="predicted_merges", message=r"must be a list of strings")
+""", call="predicted_merges, {'first': 'y.', 'merges': 44}", message=r"must be a list of strings")
 
 _CH08_ENCODE_CHUNK = '''
 def _encode_ids(ids, merges):
@@ -478,3 +538,16 @@ def make_windows(ids, block_size, stride):
     pairs = [ds[i] for i in range(len(ds))]
     return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
 """, call="make_windows", message=r"not to use fundamentallm.data.TextDataset")
+
+_BPE_RIGHT = 'predicted_merges = ["xy", "b.", "b.xy", "ab.xy"]\n'
+wrong_answer("check_bpe_prediction", "mistake", "the long text's first merge copied from 'ab.xy.ab.xy' (xy)",
+             _BPE_RIGHT, call="predicted_merges, {'first': 'xy', 'merges': 44}", message=r"ends with '\.'")
+wrong_answer("check_bpe_prediction", "mistake", "the long text's first merge by minbpe's first-seen rule",
+             _BPE_RIGHT, call="predicted_merges, {'first': 'ab', 'merges': 44}", message=r"tie rule 'first seen'")
+wrong_answer("check_bpe_prediction", "method", "runs train_bpe on a short repetition ('ab.xy.' * 2, 5 "
+             "merges) and copies its count: no reasoning about 2**40 repeats",
+             _BPE_RIGHT, call="predicted_merges, {'first': 'y.', 'merges': 5}", message=r"occur twice\?")
+wrong_answer("check_bpe_prediction", "edge", "doubles until one token is left (5 + 40)",
+             _BPE_RIGHT, call="predicted_merges, {'first': 'y.', 'merges': 45}", message=r"when does training stop")
+wrong_answer("check_bpe_prediction", "value", "the long-text part without its number of merges",
+             _BPE_RIGHT, call="predicted_merges, {'first': 'y.'}", message=r"exactly the keys")

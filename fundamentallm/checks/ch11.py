@@ -591,3 +591,55 @@ def gelu_backward(x, dy):
     h = np.longdouble(1e-4)
     return dy * ((4 * d(h / 2) - d(h)) / 3).astype(np.float64)
 """, call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"extended precision")
+
+# --- Found by the cold read of 2026-11-28: a complex step written inline on Python scalars (its
+# complex temporaries reset before the function returns, so no variable the profiler reads holds
+# one), and dual numbers (a hand-written forward-mode autodiff class) both passed -----------------
+
+wrong_answer("check_swiglu_backward", "method", "complex-step differentiation inline on Python scalars, "
+             "the complex temporaries reset to 0.0 before returning (no complex variable left to see)", """
+def swiglu_backward(a, b, dy):
+    h, ds = 1e-30, []
+    for t in np.asarray(a, float).ravel().tolist():
+        z = t + h * 1j
+        e = math.exp(-z.real) * (math.cos(-z.imag) + 1j * math.sin(-z.imag))
+        ds.append((z / (1 + e)).imag / h)
+        z = e = 0.0
+    silu = a / (1 + np.exp(-a))
+    return dy * b * np.array(ds).reshape(np.shape(a)), dy * silu
+""", call="swiglu_backward", message=r"complex literal")
+wrong_answer("check_gelu_backward", "method", "dual numbers: a hand-written class carrying (value, "
+             "derivative) through + and * (forward-mode autodiff, not a derivation)", """
+class Dual:
+    def __init__(self, a, b=0.0):
+        self.a, self.b = a, b
+    def __add__(self, o):
+        o = o if isinstance(o, Dual) else Dual(o)
+        return Dual(self.a + o.a, self.b + o.b)
+    __radd__ = __add__
+    def __mul__(self, o):
+        o = o if isinstance(o, Dual) else Dual(o)
+        return Dual(self.a * o.a, self.a * o.b + self.b * o.a)
+    __rmul__ = __mul__
+def gelu_backward(x, dy):
+    c = np.sqrt(2 / np.pi)
+    z = Dual(x, np.ones_like(x))
+    u = c * (z + 0.044715 * z * z * z)
+    t = Dual(np.tanh(u.a), (1 - np.tanh(u.a) ** 2) * u.b)
+    return dy * (0.5 * z * (1 + t)).b
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"overloads arithmetic")
+wrong_answer("check_alibi_slope_grad", "method", "complex-step differentiation in NumPy, the complex "
+             "arrays deleted before returning", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    d = (i[:, None] - i[None, :]).astype(float)
+    m = slope + 1e-30j
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - m * d
+    s = np.where(d >= 0, s, -1e300)
+    p = np.exp(s - s.real.max(axis=-1, keepdims=True))
+    p = p / p.sum(axis=-1, keepdims=True)
+    r = float(((p @ v) * dout).sum().imag / 1e-30)
+    del m, s, p
+    return r
+""", call="alibi_slope_grad", message=r"complex")

@@ -356,6 +356,44 @@ _EXTENDED = tuple(t for t in (np.longdouble, getattr(np, "float128", None))
                   if t is not None and np.finfo(t).eps < np.finfo(np.float64).eps)
 
 
+# Names whose use in the student's own code (attribute or global, read by a by-hand answer) means
+# complex or extended-precision arithmetic, even when no complex value is ever stored where the
+# profiler looks (a complex step written inline on Python scalars, its temporaries reset before
+# the function returns): reading a derivative off an imaginary part needs one of them.
+_NUMERIC_NAMES = frozenset({
+    "imag", "complex", "complex64", "complex128", "complex192", "complex256", "cfloat", "cdouble",
+    "csingle", "clongdouble", "longcomplex", "conj", "conjugate", "emath", "cmath", "longdouble",
+    "longfloat", "float96", "float128", "Decimal", "Fraction", "mpf", "mpc"})
+# Arithmetic methods: a class of the student's that defines them carries a derivative beside each
+# value (dual numbers), which is forward-mode automatic differentiation, not a derivation.
+_ARITHMETIC_DUNDERS = frozenset({
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+    "__rtruediv__", "__pow__", "__rpow__", "__neg__", "__array_ufunc__", "__torch_function__"})
+_OVERLOADING = ("this exercise asks for a derivation by hand, and your code overloads arithmetic "
+                "({where}): a class that carries a derivative beside each value (dual numbers) "
+                "differentiates automatically, in forward mode; it is not a derivation. Derive the "
+                "formula and write it with plain float64 operations")
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_computes_beyond_float64(code: types.CodeType) -> Optional[str]:
+    """Where the student's code object (or a function, lambda or comprehension inside it) writes a
+    complex literal (``1e-30j``) or uses a complex or extended-precision name (``.imag``,
+    ``complex(...)``, ``np.longdouble``): the static half of ``by_hand``'s refusal of the complex
+    step, which catches what never reaches a variable (temporaries on the stack)."""
+    for const in code.co_consts:
+        if isinstance(const, complex):
+            return f"the complex literal {const!r} in {code.co_name}"
+        if isinstance(const, types.CodeType):
+            inner = _code_computes_beyond_float64(const)
+            if inner is not None:
+                return inner
+    names = _NUMERIC_NAMES.intersection(code.co_names)
+    if names:
+        return f"{sorted(names)[0]!r} in {code.co_name}"
+    return None
+
+
 def _holds_complex(values: Any, depth: int = 0) -> bool:
     """Whether ``values`` (an iterable of objects) holds a complex number, a complex tensor or a
     complex NumPy array, or a number or array in extended or exact precision (NumPy's long double,
@@ -420,6 +458,7 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any], by_hand: boo
     forbidden = _Forbidden(tuple(names))
     used: list[str] = []
     complex_seen: list[str] = []
+    overloaded: list[str] = []
 
     def profiler(frame, event, arg):
         if event == "call":
@@ -427,8 +466,17 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any], by_hand: boo
             if label is not None and _called_by_student(frame.f_back):
                 used.append(label)
             if by_hand and not complex_seen and _frame_kind(frame.f_code) == _STUDENT \
-                    and _holds_complex(frame.f_locals.values()):
-                complex_seen.append(f"the arguments of {frame.f_code.co_name}")
+                    and frame.f_back is not None and _frame_kind(frame.f_back.f_code) != _LIBRARY:
+                # (code a library generates and runs, e.g. mpmath's exec'd operators, is not the student's)
+                if frame.f_code.co_name in _ARITHMETIC_DUNDERS:
+                    overloaded.append(f"{frame.f_code.co_name} in {frame.f_code.co_filename.rsplit('/', 1)[-1]}")
+                    complex_seen.append("")
+                elif _holds_complex(frame.f_locals.values()):
+                    complex_seen.append(f"the arguments of {frame.f_code.co_name}")
+                else:
+                    where = _code_computes_beyond_float64(frame.f_code)
+                    if where is not None:
+                        complex_seen.append(where)
         elif event == "return":
             if by_hand and not complex_seen and _frame_kind(frame.f_code) == _STUDENT \
                     and (_holds_complex((arg,)) or _holds_complex(frame.f_locals.values())):
@@ -457,6 +505,8 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any], by_hand: boo
         why = next((w for m, w in _WHY_FORBIDDEN.items() if used[0] == m or used[0].startswith(m + ".")), "")
         raise CheckFailed(f"this exercise asks you not to use {used[0]}{why}; write it with "
                           f"basic operations instead")
+    if overloaded:
+        raise CheckFailed(_OVERLOADING.format(where=overloaded[0]))
     if complex_seen:
         raise CheckFailed(_COMPLEX_STEP.format(where=complex_seen[0]))
     if error is not None:
