@@ -86,6 +86,9 @@ def check_detect_loss_spike(detect_loss_spike: Callable) -> str:
         ("a flat trace", [2.0] * 8, 1.5, 4, []),
         ("an empty list", [], 2.0, 5, []),
         ("a single value", [5.0], 2.0, 5, []),
+        ("a loss exactly at the threshold is not above it", [1.0, 1.0, 2.0, 1.0], 2.0, 2, []),
+        ("the mean, not the median, of the window", [4.0, 1.0, 1.0, 2.5], 2.0, 3, []),
+        ("an earlier spike stays in the later windows' mean", [1.0, 1.0, 5.0, 1.0, 3.0], 2.0, 3, [2]),
     ]
     g = _ch13_rng(1)
     for seed in range(3):
@@ -457,6 +460,46 @@ def spikes(losses, factor=2.0, window=10):
             out.append(i)
     return out
 """, call="spikes", message=r"expected")
+wrong_answer("check_detect_loss_spike", "edge", "flags a loss equal to factor x the mean (>= instead of >)", """
+def spikes(losses, factor=2.0, window=10):
+    out = []
+    for i, loss in enumerate(losses):
+        if not math.isfinite(loss):
+            out.append(i)
+            continue
+        before = [x for x in losses[max(0, i - window):i] if math.isfinite(x)]
+        if before and loss >= factor * sum(before) / len(before):
+            out.append(i)
+    return out
+""", call="spikes", message=r"exactly at the threshold")
+wrong_answer("check_detect_loss_spike", "mistake", "the median of the window instead of its mean", """
+import statistics
+
+
+def spikes(losses, factor=2.0, window=10):
+    out = []
+    for i, loss in enumerate(losses):
+        if not math.isfinite(loss):
+            out.append(i)
+            continue
+        before = [x for x in losses[max(0, i - window):i] if math.isfinite(x)]
+        if before and loss > factor * statistics.median(before):
+            out.append(i)
+    return out
+""", call="spikes", message=r"not the median")
+wrong_answer("check_detect_loss_spike", "mistake", "leaves earlier spikes out of the mean (the statement keeps every finite loss)", """
+def spikes(losses, factor=2.0, window=10):
+    out = []
+    for i, loss in enumerate(losses):
+        if not math.isfinite(loss):
+            out.append(i)
+            continue
+        before = [x for j, x in enumerate(losses[max(0, i - window):i], start=max(0, i - window))
+                  if math.isfinite(x) and j not in out]
+        if before and loss > factor * sum(before) / len(before):
+            out.append(i)
+    return out
+""", call="spikes", message=r"earlier spike stays")
 wrong_answer("check_detect_loss_spike", "mistake", "ignores the window: the mean of every earlier step", _SPIKES,
              call="lambda losses, factor=2.0, window=10: spikes(losses, factor, len(losses) + 1)", message=r"expected")
 
