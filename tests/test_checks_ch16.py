@@ -48,6 +48,20 @@ def logit_lens(resid, norm_weight, norm_bias, unembed):
     return torch.einsum("...c,vc->...v", normed * norm_weight + norm_bias, unembed)
 
 
+def logit_attribution(components, norm_weight, norm_bias, unembed, targets):
+    """The shares by removing one term at a time from a frozen-scale, bias-free norm (a sum over
+    terms is linear there, so the share is the drop of the logit)."""
+    stream = components.sum(0)
+    centred = stream - stream.mean(-1, keepdim=True)
+    sigma = centred.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()
+
+    def logit(x):
+        x = x - x.mean(-1, keepdim=True)
+        return torch.einsum("bc,bc->b", x / sigma * norm_weight, unembed[targets])
+
+    return torch.stack([logit(stream) - logit(stream - c) for c in components])
+
+
 def _model(config, weights):
     model = Transformer(TransformerConfig(**config))
     model.load_state_dict(weights)
@@ -129,6 +143,7 @@ CORRECT = {
     "check_classify_heads": [classify_heads],
     "check_logit_lens": [logit_lens],
     "check_head_ablation": [head_ablation_by_weights],
+    "check_logit_attribution": [logit_attribution],
 }
 
 test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \

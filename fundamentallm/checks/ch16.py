@@ -258,6 +258,55 @@ def check_patch_activation(patch_activation: Callable, predicted_positions: Any)
     return f"{cases} patches in two random models"
 
 
+@exercise_check
+def check_logit_attribution(logit_attribution: Callable) -> str:
+    """``logit_attribution(components, norm_weight, norm_bias, unembed, targets)``: ``(N, B, C)``
+    terms summing to the final stream -> ``(N, B)``, each term's share of the target's logit with
+    the final LayerNorm's scale frozen at the whole stream's: ``U_y · (w ⊙ (c_i - mean(c_i))) / σ(x)``.
+    The shares add up to the logit minus ``U_y · b``, the norm's bias, which belongs to no term."""
+    gen = rng(1607)
+    for N, B, C, V in ((5, 7, 16, 11), (3, 4, 8, 5), (6, 2, 12, 9)):
+        components = torch.randn(N, B, C, generator=gen, dtype=torch.float64) * (1 + torch.arange(N)[:, None, None])
+        components += torch.randn(N, 1, C, generator=gen, dtype=torch.float64)  # each term its own mean
+        components[-1] = 2.5  # a bias-like term, the same in every channel: the norm removes it
+        weight = 1 + 0.5 * torch.randn(C, generator=gen, dtype=torch.float64)
+        bias = torch.randn(C, generator=gen, dtype=torch.float64)
+        unembed = torch.randn(V, C, generator=gen, dtype=torch.float64)
+        targets = torch.randint(0, V, (B,), generator=gen)
+        x = components.sum(0)
+        sigma = (x.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()  # (B, 1): the whole stream's
+        direction = unembed[targets] * weight  # (B, C)
+        expected = (((components - components.mean(-1, keepdim=True)) / sigma) * direction).sum(-1)
+        logits = F.layer_norm(x, (C,), weight, bias, 1e-5) @ unembed.T
+        target_logit = logits.gather(-1, targets[:, None])[:, 0]
+        left = (unembed[targets] * bias).sum(-1)
+        if not torch.allclose(expected.sum(0) + left, target_logit, atol=1e-9):  # guards the reference
+            raise RuntimeError("internal: the shares do not add up to the logit")
+        got = logit_attribution(components.clone(), weight.clone(), bias.clone(), unembed.clone(), targets.clone())
+        what = f"the shares of {N} terms at {B} positions"
+        if not isinstance(got, torch.Tensor):
+            raise CheckFailed(f"{what} should be a torch.Tensor, got {type(got).__name__}")
+        check_shape(got, (N, B), what)
+        got = got.detach().double()
+        if not bool(torch.isfinite(got).all()):
+            raise CheckFailed(f"{what} hold NaN or infinity: every entry is a finite number")
+        total = got.sum(0) + left
+        if torch.allclose(got.sum(0), target_logit, atol=1e-6, rtol=1e-6) and left.abs().max() > 1e-3:
+            raise CheckFailed(f"{what} add up to the whole logit: one part of it belongs to no term (which "
+                              f"part of the norm acts whatever the stream holds?), and the shares should add "
+                              f"up to the logit without it")
+        if not torch.allclose(total, target_logit, atol=1e-6, rtol=1e-6):
+            raise CheckFailed(f"{what} do not add up: with the norm's bias term added they should give the "
+                              f"target's logit, and they miss it by up to {(total - target_logit).abs().max():.3g}. "
+                              f"The mean is linear, so each term can be centred on its own; the scale is one "
+                              f"number per position, the whole stream's, or the shares cannot add up")
+        if not torch.allclose(got, expected, atol=1e-6, rtol=1e-6):
+            raise CheckFailed(f"{what} add up to the logit but are split wrongly among the terms: a term the "
+                              f"same in every channel is removed by the centring (its share is 0), and the "
+                              f"norm's bias belongs to no term")
+    return "three sets of terms: each share right, and the shares add up to the logit"
+
+
 # --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 16) ------
 
 from .wrong import wrong_answer  # noqa: E402
@@ -498,3 +547,35 @@ wrong_answer("check_patch_activation", "mistake", "predicts the map of the chapt
              _PATCH, call="lambda *a: None, [5, 6, 11]", message=r"matches on, or the token it copies")
 wrong_answer("check_patch_activation", "mistake", "predicts that layer 0 moves B's information one position on, as it moved A's: "
              "[6, 7, 11]", _PATCH, call="lambda *a: None, [6, 7, 11]", message=r"what did layer 0 move")
+
+_DLA = """
+def shares(components, norm_weight, norm_bias, unembed, targets, *, centre=True, own_scale=False, spread_bias=False):
+    x = components.sum(0)
+    sigma = (x.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    c = components - components.mean(-1, keepdim=True) if centre else components
+    if own_scale:
+        sigma = (components.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    out = ((c / sigma) * unembed[targets] * norm_weight).sum(-1)
+    if spread_bias:
+        out = out + (unembed[targets] * norm_bias).sum(-1) / components.shape[0]
+    return out
+"""
+wrong_answer("check_logit_attribution", "mistake", "each term divided by its own standard deviation", _DLA,
+             call="lambda *a: shares(*a, own_scale=True)", message=r"the whole stream's")
+wrong_answer("check_logit_attribution", "mistake", "the terms not centred (the norm's mean left out)", _DLA,
+             call="lambda *a: shares(*a, centre=False)", message=r"do not add up")
+wrong_answer("check_logit_attribution", "edge", "the norm's bias spread over the terms: the shares make the whole logit", _DLA,
+             call="lambda *a: shares(*a, spread_bias=True)", message=r"belongs to no term")
+wrong_answer("check_logit_attribution", "edge", "the bias-like term given a share (the whole share put on the last term)", _DLA,
+             call="lambda *a: torch.cat([shares(*a)[:-2], (shares(*a)[-2] - 1.0)[None], (shares(*a)[-1] + 1.0)[None]])",
+             message=r"split wrongly")
+wrong_answer("check_logit_attribution", "method", "gradient x input with autograd (the norm is scale-invariant: the "
+             "products add up to 0, not to the logit)", """
+def shares(components, norm_weight, norm_bias, unembed, targets):
+    c = components.clone().requires_grad_(True)
+    x = c.sum(0)
+    y = ((x - x.mean(-1, keepdim=True)) / (x.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+         * norm_weight + norm_bias) @ unembed.T
+    y.gather(-1, targets[:, None]).sum().backward()
+    return (c.grad * components).sum(-1)
+""", call="shares", message=r"do not add up")
