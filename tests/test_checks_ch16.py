@@ -25,11 +25,21 @@ def previous_token_scores(pattern):
     return total / (B * (T - 1))
 
 
-def induction_scores(pattern, seg_len):
-    rows = torch.arange(2 * seg_len)[:, None]
-    cols = torch.arange(2 * seg_len)[None]
-    keep = (rows >= seg_len) & (cols == rows - seg_len + 1)  # (T, T): one entry per second-copy query
-    return (pattern * keep).sum((-1, -2)).mean(0) / seg_len
+def classify_heads(patterns, seg_len):
+    """Scores by masks over the (T, T) grid instead of index tensors."""
+    S, T = seg_len, 2 * seg_len
+    rows, cols = torch.arange(T)[:, None], torch.arange(T)[None]
+    masks = {"previous": (rows >= 1) & (cols == rows - 1),
+             "induction": (rows >= S) & (cols == rows - S + 1),
+             "duplicate": (rows >= S) & (cols == rows - S),
+             "first": (rows >= 1) & (cols == 0)}
+    names = {}
+    for layer, pattern in enumerate(patterns):
+        for head in range(pattern.shape[1]):
+            scores = {kind: float((pattern[:, head] * m).sum((-1, -2)).mean() / m.sum()) for kind, m in masks.items()}
+            kind = max(scores, key=scores.get)
+            names[(layer, head)] = kind if scores[kind] > 0.5 else "other"
+    return names
 
 
 def logit_lens(resid, norm_weight, norm_bias, unembed):
@@ -38,14 +48,31 @@ def logit_lens(resid, norm_weight, norm_bias, unembed):
     return torch.einsum("...c,vc->...v", normed * norm_weight + norm_bias, unembed)
 
 
+def logit_attribution(components, norm_weight, norm_bias, unembed, targets):
+    """The shares by removing one term at a time from a frozen-scale, bias-free norm (a sum over
+    terms is linear there, so the share is the drop of the logit)."""
+    stream = components.sum(0)
+    centred = stream - stream.mean(-1, keepdim=True)
+    sigma = centred.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()
+
+    def logit(x):
+        x = x - x.mean(-1, keepdim=True)
+        return torch.einsum("bc,bc->b", x / sigma * norm_weight, unembed[targets])
+
+    return torch.stack([logit(stream) - logit(stream - c) for c in components])
+
+
 def _model(config, weights):
     model = Transformer(TransformerConfig(**config))
     model.load_state_dict(weights)
     return model.eval()
 
 
-def head_ablation_by_weights(config, weights, ids):
-    """Zero the value projection of the head (its z is then exactly 0), no hooks."""
+def head_ablation_by_weights(config, weights, ids, mode):
+    """Set the value projection of the head to a constant, no hooks: with its value weights zero,
+    every value is the bias, and (pattern rows summing to 1) so is z. Zero ablation: bias 0; mean
+    ablation: bias = the head's z averaged over the batch and positions, read from out_proj's input
+    by a forward pre-hook written by hand."""
     model = _model(config, weights)
     L, H, C = config["num_layers"], config["num_heads"], config["d_model"]
     D = C // H
@@ -55,7 +82,13 @@ def head_ablation_by_weights(config, weights, ids):
             logits, _ = m(ids[:, :-1])
         return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()).item()
 
+    means = {}
+    handles = [block.attn.out_proj.register_forward_pre_hook(
+        lambda module, args, layer=layer: means.__setitem__(layer, args[0].view(*args[0].shape[:2], H, D).mean((0, 1))))
+        for layer, block in enumerate(model.blocks)]
     base = loss(model)
+    for handle in handles:
+        handle.remove()
     out = torch.zeros(L, H)
     for layer in range(L):
         for head in range(H):
@@ -63,7 +96,7 @@ def head_ablation_by_weights(config, weights, ids):
             rows = slice(2 * C + head * D, 2 * C + (head + 1) * D)  # v's rows of the fused qkv
             with torch.no_grad():
                 ablated.blocks[layer].attn.qkv.weight[rows] = 0.0
-                ablated.blocks[layer].attn.qkv.bias[rows] = 0.0
+                ablated.blocks[layer].attn.qkv.bias[rows] = 0.0 if mode == "zero" else means[layer][head]
             out[layer, head] = loss(ablated) - base
     return out
 
@@ -107,10 +140,10 @@ def patch_activation_by_forward_hooks(config, weights, clean_ids, corrupt_ids, n
 
 CORRECT = {
     "check_previous_token_scores": [previous_token_scores],
-    "check_induction_scores": [induction_scores],
+    "check_classify_heads": [classify_heads],
     "check_logit_lens": [logit_lens],
     "check_head_ablation": [head_ablation_by_weights],
-    "check_patch_activation": [patch_activation_by_forward_hooks],
+    "check_logit_attribution": [logit_attribution],
 }
 
 test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \
@@ -127,6 +160,18 @@ def test_the_logit_lens_refuses_torchs_layer_norm():
 
 def test_nan_answers_fail():
     with pytest.raises(CheckFailed, match="NaN"):
-        checks.check_induction_scores(lambda pattern, seg_len: torch.full((pattern.shape[1],), float("nan")))
-    with pytest.raises(CheckFailed, match="NaN"):
         checks.check_logit_lens(lambda r, w, b, u: torch.full((*r.shape[:-1], u.shape[0]), float("inf")))
+
+
+def test_patching_written_with_torchs_own_hooks_passes():
+    assert checks.check_patch_activation(patch_activation_by_forward_hooks, [6, 6, 11]) is True
+
+
+def test_patching_stub_and_missing_prediction_are_not_attempted():
+    def stub(*args):
+        raise NotImplementedError
+
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_patch_activation(stub, [6, 6, 11])
+    with pytest.raises(CheckFailed, match="not attempted"):
+        checks.check_patch_activation(patch_activation_by_forward_hooks, None)

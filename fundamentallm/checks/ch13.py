@@ -86,6 +86,9 @@ def check_detect_loss_spike(detect_loss_spike: Callable) -> str:
         ("a flat trace", [2.0] * 8, 1.5, 4, []),
         ("an empty list", [], 2.0, 5, []),
         ("a single value", [5.0], 2.0, 5, []),
+        ("a loss exactly at the threshold is not above it", [1.0, 1.0, 2.0, 1.0], 2.0, 2, []),
+        ("the mean, not the median, of the window", [4.0, 1.0, 1.0, 2.5], 2.0, 3, []),
+        ("an earlier spike stays in the later windows' mean", [1.0, 1.0, 5.0, 1.0, 3.0], 2.0, 3, [2]),
     ]
     g = _ch13_rng(1)
     for seed in range(3):
@@ -205,20 +208,23 @@ def _ch13_source(h: int, t: int, d: int, T: int, C: int, H: int) -> int:
 
 @exercise_check(forbidden=("torch.unravel_index", "numpy.unravel_index", "numpy.ravel_multi_index"))
 def check_source_token(source_token: Callable, predicted_row: Any) -> str:
-    """``predicted_row``: the tokens whose channels row t = 1 of head 1 holds for T = 4, C = 8,
-    H = 2 (a sorted list of distinct ints), predicted on paper. ``source_token(h, t, d, T, C, H)``
+    """``predicted_row``: for T = 4, C = 8, H = 2, the token whose channels each row t = 0..3 of
+    head 1 holds (a list of four ints, in row order: [2, 2, 3, 3]; 4^4 possible answers), predicted
+    on paper. ``source_token(h, t, d, T, C, H)``
     -> the index of the token whose channel lands at head ``h``, row ``t``, channel ``d`` of the
     buggy ``x.reshape(B, H, T, D)`` of a ``(B, T, C)`` tensor, derived from the memory order:
     checked on every element of small shapes and on sampled elements of shapes whose tensor
     (2^40 elements) no machine holds, so that reshaping an ``arange`` cannot answer it. The check
     refuses ``torch.unravel_index`` and NumPy's ``unravel_index`` and ``ravel_multi_index`` (C
     functions, seen through the Python dispatcher NumPy runs before them)."""
-    require_prediction(predicted_row, "predicted_row", "a sorted list of token indices")
-    truth = sorted({_ch13_source(1, 1, d, 4, 8, 2) for d in range(4)})
-    if sorted(set(int_list(predicted_row, "predicted_row"))) != truth:
-        raise CheckFailed(f"predicted_row: the {len(set(predicted_row))} token(s) you listed are not what "
-                          f"row t = 1 of head 1 holds; the buffer is read in memory order: where does "
-                          f"head 1 start, and which flat positions does each token own?")
+    require_prediction(predicted_row, "predicted_row", "a list of four token indices, one per row")
+    truth = [_ch13_source(1, t, 0, 4, 8, 2) for t in range(4)]
+    guess = int_list(predicted_row, "predicted_row")
+    if len(guess) != 4:
+        raise CheckFailed(f"predicted_row should hold one token per row of head 1, four in all, got {len(guess)}")
+    if guess != truth:
+        raise CheckFailed("predicted_row: not what the rows of head 1 hold; the buffer is read in memory order: "
+                          "where does head 1 start, and which flat positions does each token own?")
     for T, C, H in [(3, 4, 2), (4, 8, 2), (5, 6, 3), (16, 64, 4), (2, 2, 2), (6, 12, 1)]:
         D = C // H
         for h in range(H):
@@ -457,6 +463,46 @@ def spikes(losses, factor=2.0, window=10):
             out.append(i)
     return out
 """, call="spikes", message=r"expected")
+wrong_answer("check_detect_loss_spike", "edge", "flags a loss equal to factor x the mean (>= instead of >)", """
+def spikes(losses, factor=2.0, window=10):
+    out = []
+    for i, loss in enumerate(losses):
+        if not math.isfinite(loss):
+            out.append(i)
+            continue
+        before = [x for x in losses[max(0, i - window):i] if math.isfinite(x)]
+        if before and loss >= factor * sum(before) / len(before):
+            out.append(i)
+    return out
+""", call="spikes", message=r"exactly at the threshold")
+wrong_answer("check_detect_loss_spike", "mistake", "the median of the window instead of its mean", """
+import statistics
+
+
+def spikes(losses, factor=2.0, window=10):
+    out = []
+    for i, loss in enumerate(losses):
+        if not math.isfinite(loss):
+            out.append(i)
+            continue
+        before = [x for x in losses[max(0, i - window):i] if math.isfinite(x)]
+        if before and loss > factor * statistics.median(before):
+            out.append(i)
+    return out
+""", call="spikes", message=r"not the median")
+wrong_answer("check_detect_loss_spike", "mistake", "leaves earlier spikes out of the mean (the statement keeps every finite loss)", """
+def spikes(losses, factor=2.0, window=10):
+    out = []
+    for i, loss in enumerate(losses):
+        if not math.isfinite(loss):
+            out.append(i)
+            continue
+        before = [x for j, x in enumerate(losses[max(0, i - window):i], start=max(0, i - window))
+                  if math.isfinite(x) and j not in out]
+        if before and loss > factor * sum(before) / len(before):
+            out.append(i)
+    return out
+""", call="spikes", message=r"earlier spike stays")
 wrong_answer("check_detect_loss_spike", "mistake", "ignores the window: the mean of every earlier step", _SPIKES,
              call="lambda losses, factor=2.0, window=10: spikes(losses, factor, len(losses) + 1)", message=r"expected")
 
@@ -520,28 +566,30 @@ def source(h, t, d, T, C, H):
 wrong_answer("check_source_token", "method", "reshapes an arange instead of deriving the index", """
 def source(h, t, d, T, C, H):
     return int(torch.arange(T * C).view(T, C).reshape(H, T, C // H)[h, t, d] // C)
-""", call="source, [2]", message=r"fits\s+in no memory")
+""", call="source, [2, 2, 3, 3]", message=r"fits\s+in no memory")
 wrong_answer("check_source_token", "method", "torch.unravel_index on the flat position", """
 def source(h, t, d, T, C, H):
     flat = (h * T + t) * (C // H) + d
     return int(torch.unravel_index(torch.tensor(flat), (T, C))[0])
-""", call="source, [2]", message=r"asks you not to use torch\.unravel_index")
+""", call="source, [2, 2, 3, 3]", message=r"asks you not to use torch\.unravel_index")
 wrong_answer("check_source_token", "method", "numpy.unravel_index on the flat position", """
 def source(h, t, d, T, C, H):
     return int(np.unravel_index((h * T + t) * (C // H) + d, (T, C))[0])
-""", call="source, [2]", message=r"asks you not to use numpy\.unravel_index")
+""", call="source, [2, 2, 3, 3]", message=r"asks you not to use numpy\.unravel_index")
 wrong_answer("check_source_token", "method", "numpy.ravel_multi_index for the flat position, then a division", """
 def source(h, t, d, T, C, H):
     return int(np.ravel_multi_index((h, t, d), (H, T, C // H))) // C
-""", call="source, [2]", message=r"asks you not to use numpy\.ravel_multi_index")
+""", call="source, [2, 2, 3, 3]", message=r"asks you not to use numpy\.ravel_multi_index")
 wrong_answer("check_source_token", "mistake", "the right split's token (t): assumes the reshape keeps tokens together",
-             "def source(h, t, d, T, C, H):\n    return t\n", call="source, [2]", message=r"find the flat position")
+             "def source(h, t, d, T, C, H):\n    return t\n", call="source, [2, 2, 3, 3]", message=r"find the flat position")
 wrong_answer("check_source_token", "mistake", "divides the flat position by D (channels per head), not C", """
 def source(h, t, d, T, C, H):
     return ((h * T + t) * (C // H) + d) // (C // H)
-""", call="source, [2]", message=r"find the flat position")
-wrong_answer("check_source_token", "mistake", "predicts row 1 of head 1 holds token 1", _SOURCE,
-             call="source, [1]", message=r"predicted_row: .* not what")
+""", call="source, [2, 2, 3, 3]", message=r"find the flat position")
+wrong_answer("check_source_token", "mistake", "predicts head 1's rows hold the tokens of the right split (0, 1, 2, 3)",
+             _SOURCE, call="source, [0, 1, 2, 3]", message=r"predicted_row: not what")
+wrong_answer("check_source_token", "mistake", "predicts head 1 starts where token 1 starts (tokens 1, 1, 2, 2)",
+             _SOURCE, call="source, [1, 1, 2, 2]", message=r"where does\s+head 1 start")
 wrong_answer("check_source_token", "value", "a prediction that is not a list", _SOURCE,
              call="source, '2'", message=r"must be a list of ints")
 

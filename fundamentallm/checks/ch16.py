@@ -3,16 +3,21 @@ ablation, the logit lens, activation patching)."""
 
 from __future__ import annotations
 
-import copy
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
 from .core import CheckFailed, check_shape, exercise_check, rng
+from .predict import int_list, require_prediction
 
 # The exercise asks for the norm written out: torch's and the package's are refused.
-_LAYER_NORMS = ("torch.nn.functional.layer_norm", "torch.layer_norm", "torch.nn.functional.rms_norm",
+# group_norm with one group, batch_norm on the transpose and instance_norm are a LayerNorm under
+# another name: refused as well.
+_LAYER_NORMS = ("torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm",
+                "torch.nn.functional.rms_norm", "torch.nn.functional.group_norm", "torch.group_norm",
+                "torch.native_group_norm", "torch.nn.functional.batch_norm", "torch.batch_norm",
+                "torch.native_batch_norm", "torch.nn.functional.instance_norm", "torch.instance_norm",
                 "fundamentallm.norms")
 
 
@@ -50,21 +55,56 @@ def check_previous_token_scores(previous_token_scores: Callable) -> str:
     return "three batches of random causal patterns"
 
 
+_HEAD_KINDS = ("previous", "induction", "duplicate", "first")
+
+
+def _planted_head(gen: torch.Generator, kind: str, B: int, S: int) -> torch.Tensor:
+    """(B, T, T) pattern of one head on a segment of length S written twice: weight w (0.6..0.95)
+    on the head's key, the rest spread by a random causal softmax. An induction head rests on
+    position 0 in the first copy, where nothing has repeated yet; a duplicate-token head attends
+    to itself there. "other" is the random softmax alone."""
+    T = 2 * S
+    t = torch.arange(T)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    noise = (torch.randn(B, T, T, generator=gen) * 2.0).masked_fill(~causal, float("-inf")).softmax(-1)
+    if kind == "other":
+        return noise
+    key = {"previous": (t - 1).clamp(min=0), "first": torch.zeros_like(t),
+           "induction": torch.where(t >= S, t - S + 1, 0), "duplicate": torch.where(t >= S, t - S, t)}[kind]
+    w = 0.6 + 0.35 * torch.rand(B, T, 1, generator=gen)
+    return w * F.one_hot(key, T).float() + (1 - w) * noise
+
+
 @exercise_check
-def check_induction_scores(induction_scores: Callable) -> str:
-    """``induction_scores(pattern, seg_len)``: patterns ``(B, H, 2·seg_len, 2·seg_len)`` of
-    sequences that are a segment written twice -> ``(H,)``, each head's attention from every
-    query of the second copy to the token after that query's first occurrence, averaged."""
+def check_classify_heads(classify_heads: Callable) -> str:
+    """``classify_heads(patterns, seg_len)``: one ``(B, H, T, T)`` pattern per layer, recorded on a
+    segment written twice -> ``{(layer, head): kind}``, kind the one of previous / induction /
+    duplicate / first whose score (mean attention to its key over the batch and the queries where
+    it can show) is largest if above 0.5, else "other". The heads are planted with known kinds;
+    induction and duplicate-token heads behave otherwise in the first copy, so a score averaged over
+    every query names them wrongly."""
     gen = rng(1601)
-    for B, H, S in ((4, 2, 5), (2, 3, 8), (1, 4, 2)):
-        pattern = _patterns(gen, B, H, 2 * S)
-        t = torch.arange(S, 2 * S)
-        expected = pattern[:, :, t, t - S + 1].mean((0, 2))
-        _close(induction_scores(pattern, S), expected, f"the scores for seg_len={S} (pattern of shape "
-               f"{tuple(pattern.shape)})", "an induction head at a query in the second copy attends to the "
-               "token that FOLLOWED the query's token the first time; which queries have such a token, "
-               "and where is it?")
-    return "three sizes of repeated segments"
+    layouts = [(4, [["previous", "other", "first"], ["induction", "duplicate", "induction"]]),
+               (5, [["first", "previous"], ["duplicate", "other"], ["other", "induction"]]),
+               (4, [["other", "previous", "duplicate", "induction"]])]
+    for S, layout in layouts:
+        patterns = [torch.stack([_planted_head(gen, kind, 6, S) for kind in kinds], 1) for kinds in layout]
+        expected = {(layer, head): kind for layer, kinds in enumerate(layout) for head, kind in enumerate(kinds)}
+        got = classify_heads([p.clone() for p in patterns], S)
+        if not isinstance(got, dict):
+            raise CheckFailed(f"classify_heads should return a dict {{(layer, head): kind}}, got {type(got).__name__}")
+        if set(got) != set(expected):
+            raise CheckFailed(f"seg_len={S}, {len(layout)} layer(s) of {len(layout[0])} heads: the keys should be "
+                              f"every (layer, head) pair, e.g. (0, 0); got {sorted(got, key=str)[:4]}")
+        for where in sorted(expected):
+            if got[where] not in (*_HEAD_KINDS, "other"):
+                raise CheckFailed(f"head {where}: {got[where]!r} is not one of {[*_HEAD_KINDS, 'other']}")
+            if got[where] != expected[where]:
+                raise CheckFailed(f"seg_len={S}: head {where} is not {got[where]!r}. For each kind, which queries "
+                                  f"can show it, and which key does it attend to there? A head may do something "
+                                  f"else in the first copy, where nothing has repeated yet; and a head that fits "
+                                  f"no kind well (no score above 0.5) is 'other'")
+    return "three models of planted heads (previous, induction, duplicate-token, first-position, other)"
 
 
 @exercise_check(forbidden=_LAYER_NORMS)
@@ -72,8 +112,11 @@ def check_logit_lens(logit_lens: Callable) -> str:
     """``logit_lens(resid, norm_weight, norm_bias, unembed)``: ``(..., C)`` residual stream ->
     ``(..., V)`` logits: the final LayerNorm (eps 1e-5, written out) and the unembedding ``(V, C)``."""
     gen = rng(1602)
-    for shape, C, V in (((2, 5), 8, 11), ((3, 4, 6), 16, 7), ((1,), 4, 3)):
-        resid = torch.randn(*shape, C, generator=gen) * 3 + torch.randn(C, generator=gen)
+    # the last stream varies by about 3e-3 around its mean: its variance (~1e-5) is the size of eps,
+    # so eps outside the root, or no eps, gives other logits
+    for shape, C, V, scale in (((2, 5), 8, 11, 3.0), ((3, 4, 6), 16, 7, 3.0), ((1,), 4, 3, 3.0),
+                               ((4, 3), 12, 5, 3e-3)):
+        resid = torch.randn(*shape, C, generator=gen) * scale + scale * torch.randn(C, generator=gen)
         weight = 1 + 0.5 * torch.randn(C, generator=gen)
         bias = 0.5 * torch.randn(C, generator=gen)
         unembed = torch.randn(V, C, generator=gen)
@@ -85,7 +128,7 @@ def check_logit_lens(logit_lens: Callable) -> str:
                "the model reads its stream only through the final norm (centre, scale by the standard "
                "deviation with eps inside the root, then its weight and bias) and then the unembedding",
                atol=1e-4)
-    return "three residual streams"
+    return "four residual streams, one whose variance is the size of eps"
 
 
 def _model_case(seed: int):
@@ -110,32 +153,81 @@ def _loss(model, ids) -> float:
     return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()).item()
 
 
+def _constant_head(model, weights: dict, layer: int, head: int) -> None:
+    """Plant a head that writes the same vector whatever the input: its value rows of the fused
+    qkv projection set to zero, so every value is the bias and, rows of the pattern summing to 1,
+    its ``hook_z`` is that bias at every position of every sequence."""
+    attn = model.blocks[layer].attn
+    C, D = attn.d_model, attn.head_dim
+    rows = slice(2 * C + head * D, 2 * C + (head + 1) * D)
+    with torch.no_grad():
+        attn.qkv.weight[rows] = 0.0
+    weights[f"blocks.{layer}.attn.qkv.weight"] = attn.qkv.weight.detach().clone()
+
+
 @exercise_check
 def check_head_ablation(head_ablation: Callable) -> str:
-    """``head_ablation(config, weights, ids)``: ``(L, H)`` increase of the mean next-token loss of
-    ``ids`` when one head's output (``hook_z``) is set to zero, for every head."""
+    """``head_ablation(config, weights, ids, mode)``: ``(L, H)`` increase of the mean next-token loss
+    of ``ids`` when one head's output (``hook_z``) is replaced by zeros (``mode="zero"``) or by its
+    mean over the batch and positions of the same run (``mode="mean"``), for every head. Each model
+    has one planted head that writes the same vector at every position, which mean ablation must
+    leave untouched (a change of 0) and zero ablation does not."""
     for seed in (1603, 1604):
         config, weights, ids, model = _model_case(seed)
-        L, H, D = config["num_layers"], config["num_heads"], config["d_model"] // config["num_heads"]
-        expected = torch.zeros(L, H)
+        L, H = config["num_layers"], config["num_heads"]
+        gen = rng(seed + 20)
+        planted = (int(torch.randint(0, L, (1,), generator=gen)), int(torch.randint(0, H, (1,), generator=gen)))
+        _constant_head(model, weights, *planted)
+        inputs = ids[:, :-1]
         with torch.no_grad():
             base = _loss(model, ids)
+            _, cache = model.run_with_cache(inputs, names=lambda n: n.endswith("attn.hook_z"))
+        for mode in ("zero", "mean"):
+            expected = torch.zeros(L, H)
             for layer in range(L):
                 for head in range(H):
-                    ablated = copy.deepcopy(model)  # zeroing the head's columns of out_proj: its output is 0
-                    ablated.blocks[layer].attn.out_proj.weight[:, head * D:(head + 1) * D] = 0.0
-                    expected[layer, head] = _loss(ablated, ids) - base
-        _close(head_ablation(config, weights, ids), expected, f"the loss changes of a {L}-layer, {H}-head model",
-               "ablate one head of one layer at a time (its slice of hook_z, before out_proj mixes the "
-               "heads), and report the ablated loss minus the clean loss, the loss over every next token",
-               atol=1e-4)
-    return "two random models"
+                    name = f"blocks.{layer}.attn.hook_z"
+                    value = 0.0 if mode == "zero" else cache[name][:, :, head].mean((0, 1))
+
+                    def ablate(z, _name, head=head, value=value):
+                        z = z.clone()
+                        z[:, :, head] = value
+                        return z
+                    with model.hooks({name: ablate}), torch.no_grad():
+                        expected[layer, head] = _loss(model, ids) - base
+            constant = float(expected[planted])
+            if (mode == "mean") != (abs(constant) < 1e-5):  # guards the planted head itself
+                raise RuntimeError(f"internal: {mode} ablation of the planted head changes the loss by {constant}")
+            got = head_ablation(config, {k: v.clone() for k, v in weights.items()}, ids.clone(), mode)
+            hint = ("ablate one head of one layer at a time (its slice of hook_z, before out_proj mixes the "
+                    "heads), and report the ablated loss minus the clean loss, the loss over every next token")
+            if mode == "mean":
+                hint = ("replace the head's slice of hook_z by its mean over the batch and the positions of the "
+                        "same run, one D-vector per head, and report the loss change; a head whose output is the "
+                        "same vector at every position of every sequence must then change the loss by 0")
+            _close(got, expected, f"the loss changes of a {L}-layer, {H}-head model, mode={mode!r}", hint,
+                   atol=1e-4)
+    return "two random models, zero and mean ablation, each with a planted head of constant output"
 
 
 @exercise_check
-def check_patch_activation(patch_activation: Callable) -> str:
-    """``patch_activation(config, weights, clean_ids, corrupt_ids, name, pos)``: the logits of the
+def check_patch_activation(patch_activation: Callable, predicted_positions: Any) -> str:
+    """``predicted_positions``: where patching ``blocks.0.hook_resid_pre``, ``blocks.1.hook_resid_pre``
+    and ``blocks.1.hook_resid_post`` restores the answer best when the token ``B`` an induction head
+    must copy (position 6; ``A`` at 5 and 11, the query at 11) is corrupted: [6, 6, 11] (the value
+    sits at B's position from the start; changing ``A`` instead gives [5, 6, 11]).
+    ``patch_activation(config, weights, clean_ids, corrupt_ids, name, pos)``: the logits of the
     corrupted run with the activation ``name`` at position ``pos`` taken from the clean run."""
+    require_prediction(predicted_positions, "predicted_positions", "a list of three positions")
+    guess = int_list(predicted_positions, "predicted_positions")
+    if len(guess) != 3:
+        raise CheckFailed(f"predicted_positions should hold three positions (entering layer 0, entering "
+                          f"layer 1, after layer 1), got {len(guess)}")
+    if guess != [6, 6, 11]:
+        raise CheckFailed("predicted_positions: not right. What is the corrupted token to the induction head: "
+                          "the token it matches on, or the token it copies? Where does that information sit "
+                          "before layer 0, before layer 1 (what did layer 0 move, and what did it leave in "
+                          "place?), and after layer 1?")
     cases = 0
     for seed in (1605, 1606):
         config, weights, clean, model = _model_case(seed)
@@ -166,6 +258,55 @@ def check_patch_activation(patch_activation: Callable) -> str:
     return f"{cases} patches in two random models"
 
 
+@exercise_check
+def check_logit_attribution(logit_attribution: Callable) -> str:
+    """``logit_attribution(components, norm_weight, norm_bias, unembed, targets)``: ``(N, B, C)``
+    terms summing to the final stream -> ``(N, B)``, each term's share of the target's logit with
+    the final LayerNorm's scale frozen at the whole stream's: ``U_y · (w ⊙ (c_i - mean(c_i))) / σ(x)``.
+    The shares add up to the logit minus ``U_y · b``, the norm's bias, which belongs to no term."""
+    gen = rng(1607)
+    for N, B, C, V in ((5, 7, 16, 11), (3, 4, 8, 5), (6, 2, 12, 9)):
+        components = torch.randn(N, B, C, generator=gen, dtype=torch.float64) * (1 + torch.arange(N)[:, None, None])
+        components += torch.randn(N, 1, C, generator=gen, dtype=torch.float64)  # each term its own mean
+        components[-1] = 2.5  # a bias-like term, the same in every channel: the norm removes it
+        weight = 1 + 0.5 * torch.randn(C, generator=gen, dtype=torch.float64)
+        bias = torch.randn(C, generator=gen, dtype=torch.float64)
+        unembed = torch.randn(V, C, generator=gen, dtype=torch.float64)
+        targets = torch.randint(0, V, (B,), generator=gen)
+        x = components.sum(0)
+        sigma = (x.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()  # (B, 1): the whole stream's
+        direction = unembed[targets] * weight  # (B, C)
+        expected = (((components - components.mean(-1, keepdim=True)) / sigma) * direction).sum(-1)
+        logits = F.layer_norm(x, (C,), weight, bias, 1e-5) @ unembed.T
+        target_logit = logits.gather(-1, targets[:, None])[:, 0]
+        left = (unembed[targets] * bias).sum(-1)
+        if not torch.allclose(expected.sum(0) + left, target_logit, atol=1e-9):  # guards the reference
+            raise RuntimeError("internal: the shares do not add up to the logit")
+        got = logit_attribution(components.clone(), weight.clone(), bias.clone(), unembed.clone(), targets.clone())
+        what = f"the shares of {N} terms at {B} positions"
+        if not isinstance(got, torch.Tensor):
+            raise CheckFailed(f"{what} should be a torch.Tensor, got {type(got).__name__}")
+        check_shape(got, (N, B), what)
+        got = got.detach().double()
+        if not bool(torch.isfinite(got).all()):
+            raise CheckFailed(f"{what} hold NaN or infinity: every entry is a finite number")
+        total = got.sum(0) + left
+        if torch.allclose(got.sum(0), target_logit, atol=1e-6, rtol=1e-6) and left.abs().max() > 1e-3:
+            raise CheckFailed(f"{what} add up to the whole logit: one part of it belongs to no term (which "
+                              f"part of the norm acts whatever the stream holds?), and the shares should add "
+                              f"up to the logit without it")
+        if not torch.allclose(total, target_logit, atol=1e-6, rtol=1e-6):
+            raise CheckFailed(f"{what} do not add up: with the norm's bias term added they should give the "
+                              f"target's logit, and they miss it by up to {(total - target_logit).abs().max():.3g}. "
+                              f"The mean is linear, so each term can be centred on its own; the scale is one "
+                              f"number per position, the whole stream's, or the shares cannot add up")
+        if not torch.allclose(got, expected, atol=1e-6, rtol=1e-6):
+            raise CheckFailed(f"{what} add up to the logit but are split wrongly among the terms: a term the "
+                              f"same in every channel is removed by the centring (its share is 0), and the "
+                              f"norm's bias belongs to no term")
+    return "three sets of terms: each share right, and the shares add up to the logit"
+
+
 # --- Wrong answers each check rejects (python -m fundamentallm.course catches --chapter 16) ------
 
 from .wrong import wrong_answer  # noqa: E402
@@ -188,21 +329,34 @@ def previous_token_scores(pattern):
     return torch.full((pattern.shape[1],), float("nan"))
 """, call="previous_token_scores", message=r"NaN or infinity")
 
-wrong_answer("check_induction_scores", "mistake", "the earlier copy of the same token (a duplicate-token head)", """
-def induction_scores(pattern, seg_len):
-    t = torch.arange(seg_len, 2 * seg_len)
-    return pattern[:, :, t, t - seg_len].mean((0, 2))
-""", call="induction_scores", message=r"FOLLOWED the query's token")
-wrong_answer("check_induction_scores", "mistake", "averages over every query, the first copy's too", """
-def induction_scores(pattern, seg_len):
-    t = torch.arange(seg_len - 1, 2 * seg_len)
-    return pattern[:, :, t, (t - seg_len + 1).clamp(min=0)].mean((0, 2))
-""", call="induction_scores", message=r"which queries have such a token")
-wrong_answer("check_induction_scores", "edge", "skips the first query of the second copy", """
-def induction_scores(pattern, seg_len):
-    t = torch.arange(seg_len + 1, 2 * seg_len)
-    return pattern[:, :, t, t - seg_len + 1].mean((0, 2))
-""", call="induction_scores", message=r"which queries")
+_CLASSIFY = """
+KINDS = ("previous", "induction", "duplicate", "first")
+
+
+def classify(patterns, S, queries_all=False, dup_offset=0, threshold=0.5):
+    T = 2 * S
+    rest, second = torch.arange(1, T), torch.arange(S, T)
+    if queries_all:  # every query counts, the first copy's too
+        second = rest
+    out = {}
+    for layer, p in enumerate(patterns):
+        scores = torch.stack([p[:, :, rest, rest - 1].mean((0, 2)),
+                              p[:, :, second, (second - S + 1).clamp(min=0)].mean((0, 2)),
+                              p[:, :, second, (second - S + dup_offset).clamp(min=0)].mean((0, 2)),
+                              p[:, :, rest, 0].mean((0, 2))])
+        best, kind = scores.max(0)
+        for h in range(p.shape[1]):
+            out[(layer, h)] = KINDS[kind[h]] if best[h] > threshold else "other"
+    return out
+"""
+wrong_answer("check_classify_heads", "mistake", "averages the induction and duplicate scores over every query, the first copy's too",
+             _CLASSIFY, call="lambda p, S: classify(p, S, queries_all=True)", message=r"nothing has repeated yet")
+wrong_answer("check_classify_heads", "mistake", "the duplicate-token key one position late (t - S + 1, the induction key)",
+             _CLASSIFY, call="lambda p, S: classify(p, S, dup_offset=1)", message=r"which key does it attend to")
+wrong_answer("check_classify_heads", "edge", "no threshold: every head gets the kind of its largest score", _CLASSIFY,
+             call="lambda p, S: classify(p, S, threshold=-1.0)", message=r"'other'")
+wrong_answer("check_classify_heads", "value", "a list of kinds instead of a dict", _CLASSIFY,
+             call="lambda p, S: list(classify(p, S).values())", message=r"should return a dict")
 
 wrong_answer("check_logit_lens", "mistake", "skips the final norm", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
@@ -228,6 +382,25 @@ def logit_lens(resid, norm_weight, norm_bias, unembed):
     return ln(resid) @ unembed.T
 """, call="logit_lens", message=r"not to use torch(\.nn\.functional)?\.layer_norm")
 
+wrong_answer("check_logit_lens", "method", "group_norm with one group: a LayerNorm under another name", """
+def logit_lens(resid, norm_weight, norm_bias, unembed):
+    C = resid.shape[-1]
+    x = F.group_norm(resid.reshape(-1, C), 1, norm_weight, norm_bias, eps=1e-5)
+    return x.reshape(resid.shape) @ unembed.T
+""", call="logit_lens", message=r"not to use torch(\.nn\.functional)?\.group_norm")
+wrong_answer("check_logit_lens", "method", "batch_norm over the transposed stream: a LayerNorm under another name", """
+def logit_lens(resid, norm_weight, norm_bias, unembed):
+    C = resid.shape[-1]
+    x = F.batch_norm(resid.reshape(-1, C).T, None, None, training=True, eps=1e-5).T
+    return (x.reshape(resid.shape) * norm_weight + norm_bias) @ unembed.T
+""", call="logit_lens", message=r"not to use torch(\.nn\.functional)?\.batch_norm")
+wrong_answer("check_logit_lens", "edge", "eps added to the standard deviation, outside the root", """
+def logit_lens(resid, norm_weight, norm_bias, unembed):
+    x = resid - resid.mean(-1, keepdim=True)
+    x = x / (torch.sqrt((x ** 2).mean(-1, keepdim=True)) + 1e-5)
+    return (x * norm_weight + norm_bias) @ unembed.T
+""", call="logit_lens", message=r"eps inside the root")
+
 _BUILD = """
 from fundamentallm import Transformer, TransformerConfig
 
@@ -240,9 +413,34 @@ def _loss(model, ids, fns):
     with model.hooks(fns), torch.no_grad():
         logits, _ = model(ids[:, :-1])
     return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()).item()
+
+
+def _z_means(model, ids, axes):
+    with torch.no_grad():
+        _, cache = model.run_with_cache(ids[:, :-1], names=lambda n: n.endswith("hook_z"))
+    return {n: z.mean(axes) for n, z in cache.items()}
+
+
+def ablation_table(config, weights, ids, mode, axes=(0, 1), mean_ids=None):
+    # mode "mean": each head's hook_z replaced by its mean over axes in a clean run on mean_ids
+    # (default: ids), computed before any ablation
+    model = _model(config, weights)
+    means = _z_means(model, ids if mean_ids is None else mean_ids, axes)
+    L, H = config["num_layers"], config["num_heads"]
+    base = _loss(model, ids, {})
+    out = torch.zeros(L, H)
+    for layer in range(L):
+        for head in range(H):
+            name = f"blocks.{layer}.attn.hook_z"
+            def ablate(z, n, head=head):
+                z = z.clone()
+                z[:, :, head] = 0.0 if mode == "zero" else means[n][head]
+                return z
+            out[layer, head] = _loss(model, ids, {name: ablate}) - base
+    return out
 """
 wrong_answer("check_head_ablation", "mistake", "ablates every head of the layer at once", _BUILD + """
-def head_ablation(config, weights, ids):
+def head_ablation(config, weights, ids, mode="zero"):
     model = _model(config, weights)
     L, H = config["num_layers"], config["num_heads"]
     base = _loss(model, ids, {})
@@ -253,7 +451,7 @@ def head_ablation(config, weights, ids):
     return out
 """, call="head_ablation", message=r"one head of one layer at a time")
 wrong_answer("check_head_ablation", "mistake", "returns the ablated loss, not its change", _BUILD + """
-def head_ablation(config, weights, ids):
+def head_ablation(config, weights, ids, mode="zero"):
     model = _model(config, weights)
     L, H = config["num_layers"], config["num_heads"]
     out = torch.zeros(L, H)
@@ -267,7 +465,7 @@ def head_ablation(config, weights, ids):
     return out
 """, call="head_ablation", message=r"ablated loss minus the clean loss")
 wrong_answer("check_head_ablation", "edge", "zeroes the head's channels after out_proj (hook_attn_out)", _BUILD + """
-def head_ablation(config, weights, ids):
+def head_ablation(config, weights, ids, mode="zero"):
     model = _model(config, weights)
     L, H = config["num_layers"], config["num_heads"]
     D = config["d_model"] // H
@@ -283,12 +481,25 @@ def head_ablation(config, weights, ids):
     return out
 """, call="head_ablation", message=r"before out_proj mixes the heads")
 wrong_answer("check_head_ablation", "value", "NaN", """
-def head_ablation(config, weights, ids):
+def head_ablation(config, weights, ids, mode="zero"):
     return torch.full((config["num_layers"], config["num_heads"]), float("nan"))
 """, call="head_ablation", message=r"NaN or infinity")
 
+wrong_answer("check_head_ablation", "mistake", "zero ablation whatever the mode", _BUILD,
+             call="lambda c, w, ids, mode: ablation_table(c, w, ids, 'zero')",
+             message=r"mode='mean'.*by 0")
+wrong_answer("check_head_ablation", "mistake", "mean ablation with one scalar per head (the mean over D as well)", _BUILD,
+             call="lambda c, w, ids, mode: ablation_table(c, w, ids, mode, axes=(0, 1, 3))",
+             message=r"one D-vector per head")
+wrong_answer("check_head_ablation", "edge", "mean ablation from another batch (the mean of random sequences, not of ids)", _BUILD,
+             call="lambda c, w, ids, mode: ablation_table(c, w, ids, mode, mean_ids=torch.randint("
+                  "0, c['vocab_size'], ids.shape, generator=torch.Generator().manual_seed(0)))",
+             message=r"mean over the batch and the positions of the\s+same run")
+
 _PATCH = """
 from fundamentallm import Transformer, TransformerConfig
+
+RIGHT = [6, 6, 11]
 
 def _model(config, weights):
     model = Transformer(TransformerConfig(**config))
@@ -302,7 +513,7 @@ def patch_activation(config, weights, clean_ids, corrupt_ids, name, pos):
         _, cache = model.run_with_cache(clean_ids, names=name)
         with model.hooks({name: lambda act, n: cache[name]}):
             return model(corrupt_ids)[0]
-""", call="patch_activation", message=r"replace only the given position")
+""", call="patch_activation, [6, 6, 11]", message=r"replace only the given position")
 wrong_answer("check_patch_activation", "mistake", "patches the other way (corrupt into clean)", _PATCH + """
 def patch_activation(config, weights, clean_ids, corrupt_ids, name, pos):
     model = _model(config, weights)
@@ -314,7 +525,7 @@ def patch_activation(config, weights, clean_ids, corrupt_ids, name, pos):
             return act
         with model.hooks({name: patch}):
             return model(clean_ids)[0]
-""", call="patch_activation", message=r"run the corrupted input")
+""", call="patch_activation, [6, 6, 11]", message=r"run the corrupted input")
 wrong_answer("check_patch_activation", "edge", "indexes the second-to-last axis (right for (B, T, C) only)", _PATCH + """
 def patch_activation(config, weights, clean_ids, corrupt_ids, name, pos):
     model = _model(config, weights)
@@ -326,9 +537,45 @@ def patch_activation(config, weights, clean_ids, corrupt_ids, name, pos):
             return act
         with model.hooks({name: patch}):
             return model(corrupt_ids)[0]
-""", call="patch_activation", message=r"axis 1")
+""", call="patch_activation, [6, 6, 11]", message=r"axis 1")
 wrong_answer("check_patch_activation", "mistake", "returns the clean run's logits", _PATCH + """
 def patch_activation(config, weights, clean_ids, corrupt_ids, name, pos):
     with torch.no_grad():
         return _model(config, weights)(clean_ids)[0]
-""", call="patch_activation", message=r"patched run's logits")
+""", call="patch_activation, [6, 6, 11]", message=r"patched run's logits")
+wrong_answer("check_patch_activation", "mistake", "predicts the map of the chapter's corruption (A changed), shifted: [5, 6, 11]",
+             _PATCH, call="lambda *a: None, [5, 6, 11]", message=r"matches on, or the token it copies")
+wrong_answer("check_patch_activation", "mistake", "predicts that layer 0 moves B's information one position on, as it moved A's: "
+             "[6, 7, 11]", _PATCH, call="lambda *a: None, [6, 7, 11]", message=r"what did layer 0 move")
+
+_DLA = """
+def shares(components, norm_weight, norm_bias, unembed, targets, *, centre=True, own_scale=False, spread_bias=False):
+    x = components.sum(0)
+    sigma = (x.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    c = components - components.mean(-1, keepdim=True) if centre else components
+    if own_scale:
+        sigma = (components.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    out = ((c / sigma) * unembed[targets] * norm_weight).sum(-1)
+    if spread_bias:
+        out = out + (unembed[targets] * norm_bias).sum(-1) / components.shape[0]
+    return out
+"""
+wrong_answer("check_logit_attribution", "mistake", "each term divided by its own standard deviation", _DLA,
+             call="lambda *a: shares(*a, own_scale=True)", message=r"the whole stream's")
+wrong_answer("check_logit_attribution", "mistake", "the terms not centred (the norm's mean left out)", _DLA,
+             call="lambda *a: shares(*a, centre=False)", message=r"do not add up")
+wrong_answer("check_logit_attribution", "edge", "the norm's bias spread over the terms: the shares make the whole logit", _DLA,
+             call="lambda *a: shares(*a, spread_bias=True)", message=r"belongs to no term")
+wrong_answer("check_logit_attribution", "edge", "the bias-like term given a share (the whole share put on the last term)", _DLA,
+             call="lambda *a: torch.cat([shares(*a)[:-2], (shares(*a)[-2] - 1.0)[None], (shares(*a)[-1] + 1.0)[None]])",
+             message=r"split wrongly")
+wrong_answer("check_logit_attribution", "method", "gradient x input with autograd (the norm is scale-invariant: the "
+             "products add up to 0, not to the logit)", """
+def shares(components, norm_weight, norm_bias, unembed, targets):
+    c = components.clone().requires_grad_(True)
+    x = c.sum(0)
+    y = ((x - x.mean(-1, keepdim=True)) / (x.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+         * norm_weight + norm_bias) @ unembed.T
+    y.gather(-1, targets[:, None]).sum().backward()
+    return (c.grad * components).sum(-1)
+""", call="shares", message=r"do not add up")
