@@ -16,7 +16,7 @@ with respect to the input and with respect to the weight). Two terms that the ru
   forward pass for a window of ``T`` tokens (the full ``T×T`` matrix, as Chinchilla's appendix F
   and ``FlopCounterMode`` count it; the causal half is computed and masked). Relative to the
   weights' ``24·d²`` per layer (SwiGLU with ``d_ff = 8/3·d``) this is ``T/(6·d)``: small for wide
-  models, but a third of the total for ``d = 32`` and ``T = 64``;
+  models, but a third of the weights' FLOPs again for ``d = 32`` and ``T = 64``;
 * the **output layer** (``d·V`` multiply-adds per token), which a tied embedding shares with the
   token embedding: its weights are not in the non-embedding count, but its FLOPs are real.
 
