@@ -326,3 +326,14 @@ def test_stored_results_ship_in_the_package_with_one_loader():
         code = "".join("".join(c["source"]) for c in json.loads(page.read_text())["cells"]
                        if c["cell_type"] == "code")
         assert "benchmarks/results" not in code and '"benchmarks"' not in code, page.name
+
+
+def test_scaling_report_refits_the_stored_sweep(tmp_path):
+    """--report trains nothing: it refits the stored runs (a few bootstrap resamples here) and
+    prints the exponents; the JSON is not rewritten without --save."""
+    before = (RESULTS / "scaling.json").read_bytes()
+    out = run_script("scaling.py", "--report", "--n-boot", "3", tmp_path=tmp_path)
+    assert out["benchmark"] == "scaling" and out["runs"] >= 20 and out["cpu_s"] > 0
+    assert 0 < out["a"] < 1.5 and out["a"] + out["b"] == pytest.approx(1.0)
+    assert out["alpha"] > 0 and out["beta"] > 0 and out["E"] > 0
+    assert (RESULTS / "scaling.json").read_bytes() == before

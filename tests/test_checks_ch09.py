@@ -61,3 +61,26 @@ def test_smoothing_floor_is_the_minimum_of_the_smoothed_loss(V, eps):
     for _ in range(5):
         nearby = logits + 0.1 * torch.randn(1, V, generator=g, dtype=torch.float64)
         assert F.cross_entropy(nearby, torch.tensor([0]), label_smoothing=eps).item() >= at_q - 1e-12
+
+
+compute_optimal_size = book_solution("ch09-ex6", "compute_optimal_size")
+
+
+def test_compute_optimal_size_recovers_an_exact_law():
+    """Exact parabolas in ln N whose vertices lie on N_opt = 0.3 C^0.45: the book's solution
+    returns the law's N_opt at a budget none of the runs used."""
+    runs = []
+    for C in (1e9, 1e10, 1e11):
+        n_opt = 0.3 * C ** 0.45
+        for f in (0.5, 1.0, 2.0, 4.0):
+            runs.append({"budget": C, "n_non_embedding": n_opt * f, "val_loss": 2.0 + 0.1 * math.log(f) ** 2})
+    assert compute_optimal_size(runs, 1e13) == pytest.approx(0.3 * 1e13 ** 0.45, rel=1e-9)
+
+
+def test_compute_optimal_size_equals_the_package_on_the_stored_sweep():
+    from fundamentallm import scaling
+    from fundamentallm.results import load
+
+    sweep = [r for r in load("scaling")["runs"] if r["role"] == "sweep" and r["lr_mult"] == 1.0 and r["seed"] == 0]
+    k, a = scaling.approach2(sweep, n_boot=0)["n_opt"]["coef"]
+    assert compute_optimal_size(sweep, 1e12) == pytest.approx(k * 1e12 ** a, rel=1e-6)

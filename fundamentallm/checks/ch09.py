@@ -179,6 +179,72 @@ def check_fit_power_law(fit_power_law: Callable) -> str:
     return f"{len(cases)} cases, exact and noisy, equal to the least-squares line in log-log axes"
 
 
+_CH09_NO_FIT = ("numpy.polyfit", "numpy.polynomial.polynomial.polyfit", "numpy.polynomial.Polynomial.fit",
+                "numpy.linalg.lstsq", "numpy.linalg.pinv", "torch.linalg.lstsq", "torch.linalg.pinv",
+                "fundamentallm.scaling")
+
+
+def _ch09_isoflop_reference(runs, budget):
+    """Approach 2, written here with np.polyfit (the check's own reference)."""
+    by_budget = {}
+    for r in runs:
+        by_budget.setdefault(float(r["budget"]), []).append(r)
+    log_c, log_n = [], []
+    for C, rs in sorted(by_budget.items()):
+        x = np.log([float(r["n_non_embedding"]) for r in rs])
+        p, q, _ = np.polyfit(x, [float(r["val_loss"]) for r in rs], 2)
+        log_c.append(math.log(C))
+        log_n.append(-q / (2 * p))
+    a, ln_k = np.polyfit(log_c, log_n, 1)
+    return math.exp(ln_k + a * math.log(budget))
+
+
+def _ch09_isoflop_cases():
+    """(what, runs, budgets): an exact law, the stored sweep, and the stored sweep shuffled."""
+    from fundamentallm.results import load
+
+    exact = []
+    for C in (1e9, 1e10, 1e11):  # N_opt = 0.3 C^0.45; each profile an exact parabola in ln N
+        n_opt = 0.3 * C ** 0.45
+        for f in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0):
+            x = math.log(n_opt * f)
+            exact.append({"budget": C, "n_non_embedding": n_opt * f, "tokens": C / (6 * n_opt * f),
+                          "val_loss": 2.0 + 0.05 * (x - math.log(n_opt)) ** 2})
+    stored = [r for r in load("scaling")["runs"] if r["role"] == "sweep" and r["lr_mult"] == 1.0 and r["seed"] == 0]
+    order = torch.randperm(len(stored), generator=torch.Generator().manual_seed(9)).tolist()
+    return [("an exact law (N_opt = 0.3 C^0.45)", exact, (1e12, 3e9)),
+            ("the stored sweep", stored, (3e11, 1e12)),
+            ("the stored sweep, runs shuffled", [dict(stored[i]) for i in order], (3e11,))]
+
+
+@exercise_check(forbidden=_CH09_NO_FIT)
+def check_compute_optimal_size(compute_optimal_size: Callable) -> str:
+    """``compute_optimal_size(runs, budget)`` -> the compute-optimal N at ``budget`` by Hoffmann et
+    al.'s approach 2: a parabola in ``ln N`` per budget (its vertex), then a straight line through
+    ``(ln C, ln N_opt)``, with no fitting routine; compared with the same procedure by ``np.polyfit``."""
+    cases = _ch09_isoflop_cases()
+    for what, runs, budgets in cases:
+        for budget in budgets:
+            expected = _ch09_isoflop_reference(runs, budget)
+            got = compute_optimal_size([dict(r) for r in runs], budget)
+            try:
+                got = float(got)
+            except (TypeError, ValueError):
+                raise CheckFailed(f"{what}, budget {budget:.0e}: return one number (N_opt), got {got!r}") from None
+            if not math.isfinite(got) or got <= 0:
+                raise CheckFailed(f"{what}, budget {budget:.0e}: N_opt = {got} is not a positive number")
+            if math.isclose(got, math.log(expected), rel_tol=1e-6):
+                raise CheckFailed(f"{what}, budget {budget:.0e}: {got:.6g} is ln N_opt; return N_opt itself")
+            if not math.isclose(got, expected, rel_tol=1e-6):
+                ratio = got / expected
+                raise CheckFailed(f"{what}, budget {budget:.0e}: N_opt = {got:,.6g} is {ratio:.4g} times the "
+                                  f"approach-2 value. Is each budget's optimum the vertex of a parabola in ln N "
+                                  f"(not the best run, not a parabola in N), and the line fitted to ln N_opt "
+                                  f"against ln C?")
+    return (f"{len(cases)} sets of runs, an exact law and the stored sweep: N_opt equal to approach 2's "
+            f"to 1e-6")
+
+
 def _ch09_wsd_reference(step, max_lr, min_lr, warmup_steps, max_steps, cooldown_steps):
     s = step + 1
     if s <= warmup_steps:
@@ -334,6 +400,90 @@ def smoothed_loss_floor(V, eps):
     p, r = 1 - eps + eps / V, eps / V
     return float(-p * np.log(p) - (V - 1) * r * np.log(r)) if r > 0 else float("nan")
 """, call="smoothed_loss_floor", message=r"limit of x log x")
+wrong_answer("check_compute_optimal_size", "mistake", "the best measured run at each budget instead of the parabola's vertex", """
+def compute_optimal_size(runs, budget):
+    best = {}
+    for r in runs:
+        C = r["budget"]
+        if C not in best or r["val_loss"] < best[C]["val_loss"]:
+            best[C] = r
+    x = [math.log(C) for C in best]
+    y = [math.log(best[C]["n_non_embedding"]) for C in best]
+    xm, ym = sum(x) / len(x), sum(y) / len(y)
+    a = sum((u - xm) * (v - ym) for u, v in zip(x, y)) / sum((u - xm) ** 2 for u in x)
+    return math.exp(ym + a * (math.log(budget) - xm))
+""", call="compute_optimal_size", message=r"times the approach-2 value")
+wrong_answer("check_compute_optimal_size", "mistake", "a parabola in N, not in ln N", """
+def compute_optimal_size(runs, budget):
+    groups = {}
+    for r in runs:
+        groups.setdefault(r["budget"], []).append(r)
+    x, y = [], []
+    for C, rs in groups.items():
+        n = np.array([r["n_non_embedding"] for r in rs], dtype=float)
+        loss = np.array([r["val_loss"] for r in rs], dtype=float)
+        M = np.stack([n ** 2, n, np.ones_like(n)], 1)
+        p, q, _ = np.linalg.solve(M.T @ M, M.T @ loss)
+        x.append(math.log(C))
+        y.append(math.log(-q / (2 * p)))
+    xm, ym = sum(x) / len(x), sum(y) / len(y)
+    a = sum((u - xm) * (v - ym) for u, v in zip(x, y)) / sum((u - xm) ** 2 for u in x)
+    return math.exp(ym + a * (math.log(budget) - xm))
+""", call="compute_optimal_size", message=r"times the approach-2 value|not a positive number")
+wrong_answer("check_compute_optimal_size", "mistake", "the line through D_opt = C / (6 N_opt), returned as N", """
+def compute_optimal_size(runs, budget):
+    groups = {}
+    for r in runs:
+        groups.setdefault(r["budget"], []).append(r)
+    x, y = [], []
+    for C, rs in groups.items():
+        ln_n = np.log([r["n_non_embedding"] for r in rs])
+        loss = np.array([r["val_loss"] for r in rs], dtype=float)
+        M = np.stack([ln_n ** 2, ln_n, np.ones_like(ln_n)], 1)
+        p, q, _ = np.linalg.solve(M.T @ M, M.T @ loss)
+        x.append(math.log(C))
+        y.append(math.log(C / (6 * math.exp(-q / (2 * p)))))
+    xm, ym = sum(x) / len(x), sum(y) / len(y)
+    a = sum((u - xm) * (v - ym) for u, v in zip(x, y)) / sum((u - xm) ** 2 for u in x)
+    return math.exp(ym + a * (math.log(budget) - xm))
+""", call="compute_optimal_size", message=r"times the approach-2 value")
+wrong_answer("check_compute_optimal_size", "mistake", "returns ln N_opt", """
+def compute_optimal_size(runs, budget):
+    groups = {}
+    for r in runs:
+        groups.setdefault(r["budget"], []).append(r)
+    x, y = [], []
+    for C, rs in groups.items():
+        ln_n = np.log([r["n_non_embedding"] for r in rs])
+        loss = np.array([r["val_loss"] for r in rs], dtype=float)
+        M = np.stack([ln_n ** 2, ln_n, np.ones_like(ln_n)], 1)
+        p, q, _ = np.linalg.solve(M.T @ M, M.T @ loss)
+        x.append(math.log(C))
+        y.append(-q / (2 * p))
+    xm, ym = sum(x) / len(x), sum(y) / len(y)
+    a = sum((u - xm) * (v - ym) for u, v in zip(x, y)) / sum((u - xm) ** 2 for u in x)
+    return ym + a * (math.log(budget) - xm)
+""", call="compute_optimal_size", message=r"is ln N_opt")
+wrong_answer("check_compute_optimal_size", "method", "np.polyfit for the parabolas", """
+def compute_optimal_size(runs, budget):
+    groups = {}
+    for r in runs:
+        groups.setdefault(r["budget"], []).append(r)
+    x, y = [], []
+    for C, rs in groups.items():
+        p, q, _ = np.polyfit(np.log([r["n_non_embedding"] for r in rs]), [r["val_loss"] for r in rs], 2)
+        x.append(math.log(C))
+        y.append(-q / (2 * p))
+    a, b = np.polyfit(x, y, 1)
+    return math.exp(b + a * math.log(budget))
+""", call="compute_optimal_size", message=r"not to use numpy.polyfit")
+wrong_answer("check_compute_optimal_size", "method", "the package's fit (fundamentallm.scaling)", """
+from fundamentallm import scaling
+def compute_optimal_size(runs, budget):
+    k, a = scaling.approach2(runs, n_boot=0)["n_opt"]["coef"]
+    return k * budget ** a
+""", call="compute_optimal_size", message=r"not to use fundamentallm.scaling")
+
 wrong_answer("check_smoothed_loss_floor", "method", "minimises the loss numerically with autograd and Adam", """
 def smoothed_loss_floor(V, eps):
     z = torch.zeros(V, dtype=torch.float64, requires_grad=True)
