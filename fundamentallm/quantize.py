@@ -112,7 +112,9 @@ def unpack_int4(packed: torch.Tensor, signed: bool) -> torch.Tensor:
 
 class QuantLinear(nn.Module):
     """An ``nn.Linear`` whose weight is stored quantized (int8, or int4 packed two per byte) and
-    dequantized at every forward. ``QuantLinear.from_linear(linear, bits, group_size, symmetric)``."""
+    dequantized at every forward. ``QuantLinear.from_linear(linear, bits, group_size, symmetric)``.
+    The scales are stored in float16 (as GPTQ and llama.cpp's formats store them: a float32 scale
+    per group of 32 int4 codes would add a quarter to their bytes); the zero points in uint8."""
 
     def __init__(self, in_features: int, out_features: int, bits: int = 8, group_size: Optional[int] = None,
                  symmetric: bool = True, bias: bool = True) -> None:
@@ -123,7 +125,7 @@ class QuantLinear(nn.Module):
         groups = 1 if group_size is None else in_features // group_size
         cols = in_features if bits == 8 else in_features // 2
         self.register_buffer("qweight", torch.zeros(out_features, cols, dtype=torch.int8 if bits == 8 else torch.uint8))
-        self.register_buffer("scale", torch.ones(out_features, groups))
+        self.register_buffer("scale", torch.ones(out_features, groups, dtype=torch.float16))
         self.register_buffer("zero", None if symmetric else torch.zeros(out_features, groups, dtype=torch.uint8))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
 
@@ -133,7 +135,7 @@ class QuantLinear(nn.Module):
         layer = cls(linear.in_features, linear.out_features, bits, group_size, symmetric, linear.bias is not None)
         q, scale, zero = quantize(linear.weight, bits, group_size, symmetric)
         layer.qweight = q if bits == 8 else pack_int4(q)
-        layer.scale = scale
+        layer.scale = scale.to(torch.float16)
         if zero is not None:
             layer.zero = zero.to(torch.uint8)
         if linear.bias is not None:
@@ -143,7 +145,7 @@ class QuantLinear(nn.Module):
     def dequantized_weight(self) -> torch.Tensor:
         """The float32 ``(out, in)`` weight this layer multiplies by."""
         q = self.qweight if self.bits == 8 else unpack_int4(self.qweight, signed=self.symmetric)
-        return dequantize(q, self.scale, None if self.zero is None else self.zero.float())
+        return dequantize(q, self.scale.float(), None if self.zero is None else self.zero.float())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.dequantized_weight().to(x.dtype), self.bias)  # (..., out)

@@ -76,8 +76,8 @@ def test_quant_linear_equals_linear_with_dequantized_weight(bits, group, sym):
     ql = QuantLinear.from_linear(lin, bits, group, sym)
     x = torch.randn(3, 5, 32)
     q, s, z = quantize(lin.weight, bits, group, sym)
-    torch.testing.assert_close(ql(x), x @ dequantize(q, s, z).T + lin.bias)
-    expected_bytes = 10 * 32 * bits // 8 + s.numel() * 4 + (0 if sym else s.numel())
+    torch.testing.assert_close(ql(x), x @ dequantize(q, s.half().float(), z).T + lin.bias)  # float16 scales
+    expected_bytes = 10 * 32 * bits // 8 + s.numel() * 2 + (0 if sym else s.numel())
     assert ql.weight_bytes() == expected_bytes
 
 
@@ -94,8 +94,8 @@ def test_quantize_model_swaps_linears_and_keeps_lm_head():
     with torch.no_grad():
         after, _ = model(ids)
     torch.testing.assert_close(after, before, atol=0.05, rtol=0)
-    # one byte per weight and a float32 scale per output row (qkv 96, out_proj 32, ff 128 and 32)
-    assert linear_weight_bytes(model) == fbytes // 4 + 4 * 2 * (96 + 32 + 128 + 32)
+    # one byte per weight and a float16 scale per output row (qkv 96, out_proj 32, ff 128 and 32)
+    assert linear_weight_bytes(model) == fbytes // 4 + 2 * 2 * (96 + 32 + 128 + 32)
 
 
 def test_bad_arguments_name_the_parameter():
