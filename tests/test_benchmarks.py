@@ -326,3 +326,11 @@ def test_stored_results_ship_in_the_package_with_one_loader():
         code = "".join("".join(c["source"]) for c in json.loads(page.read_text())["cells"]
                        if c["cell_type"] == "code")
         assert "benchmarks/results" not in code and '"benchmarks"' not in code, page.name
+
+
+def test_cheap_generation_runs(tmp_path):
+    out = run_script("cheap_generation.py", "--steps", "2", "--draft-steps", "2", "--tokens", "6", "--no-big",
+                     "--repeats", "1", "--ks", "1", "2", tmp_path=tmp_path)
+    assert out["benchmark"] == "cheap_generation" and set(out["speculative"]) == {"1", "2"}
+    assert out["quantization"]["int8/row"]["ratio"] < 0.27 and out["quantization"]["int4/32 asym"]["ratio"] < 0.16
+    assert out["paged"]["paged"] < out["paged"]["contiguous"]
