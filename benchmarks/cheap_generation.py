@@ -29,7 +29,14 @@ import time
 import torch
 from record import save_result  # benchmarks/record.py (the script's folder is on sys.path)
 
-from fundamentallm import CharacterTokenizer, TrainConfig, Trainer, Transformer, TransformerConfig, load_corpus
+from fundamentallm import (
+    CharacterTokenizer,
+    TrainConfig,
+    Trainer,
+    Transformer,
+    TransformerConfig,
+    load_corpus,
+)
 from fundamentallm.generation import generate
 from fundamentallm.paged import kv_memory
 from fundamentallm.quantize import linear_weight_bytes, quantize_model
