@@ -337,3 +337,11 @@ def test_scaling_report_refits_the_stored_sweep(tmp_path):
     assert 0 < out["a"] < 1.5 and out["a"] + out["b"] == pytest.approx(1.0)
     assert out["alpha"] > 0 and out["beta"] > 0 and out["E"] > 0
     assert (RESULTS / "scaling.json").read_bytes() == before
+
+
+def test_cheap_generation_runs(tmp_path):
+    out = run_script("cheap_generation.py", "--steps", "2", "--draft-steps", "2", "--tokens", "6", "--no-big",
+                     "--repeats", "1", "--ks", "1", "2", tmp_path=tmp_path)
+    assert out["benchmark"] == "cheap_generation" and set(out["speculative"]) == {"1", "2"}
+    assert out["quantization"]["int8/row"]["ratio"] < 0.27 and out["quantization"]["int4/32 asym"]["ratio"] < 0.16
+    assert out["paged"]["paged"] < out["paged"]["contiguous"]

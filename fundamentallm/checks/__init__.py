@@ -25,6 +25,7 @@ from . import (
     ch14,
     ch15,
     ch16,
+    ch17,
 )
 from .core import (
     BY_HAND,
@@ -41,7 +42,7 @@ from .core import (
 )
 from .wrong import WRONG_ANSWERS, catches
 
-_CHAPTERS = (ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14, ch15, ch16)
+_CHAPTERS = (ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14, ch15, ch16, ch17)
 # Re-export every public check (and the constants the book quotes) at package level.
 for _module in _CHAPTERS:
     for _name in dir(_module):
