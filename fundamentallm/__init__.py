@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "KVCache": "attention", "MultiHeadAttention": "attention", "causal_mask": "attention",
+    "KVCache": "cache", "MultiHeadAttention": "attention", "causal_mask": "attention",
     "padding_mask": "attention", "scaled_dot_product_attention": "attention",
     "sliding_window_mask": "attention",
     "CanonLayer": "canon",

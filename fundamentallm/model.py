@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import hooks as _hooks
-from .attention import KVCache, MultiHeadAttention, padding_mask
+from .attention import MultiHeadAttention, padding_mask
+from .cache import KVCache
 from .canon import CanonLayer
 from .config import TransformerConfig
 from .feedforward import FeedForward
