@@ -346,10 +346,10 @@ class StudentGrader:
             if isinstance(value, StudentProxy):
                 value.__name__ = value.__qualname__ = name
             namespace[name] = value
-        buf = io.StringIO()
-        self.stdout.local.buf = buf
+        self.stdout.local.buf = io.StringIO()  # what the check prints is not shown
         try:
-            exec(compile(item.check, f"<check {item.label}>", "exec"), namespace)  # noqa: S102  (the book's cell)
+            with checks.core.collect_passes() as passes:
+                exec(compile(item.check, f"<check {item.label}>", "exec"), namespace)  # noqa: S102  (the book's cell)
         except checks.NotAttempted as e:
             return self._result(item, False, str(e), NOT_ATTEMPTED)
         except checks.CheckFailed as e:
@@ -358,8 +358,7 @@ class StudentGrader:
             self.stdout.local.buf = None
         if session.forbidden_seen:
             return self._result(item, False, session.forbidden_seen, FAILED)
-        ticks = [line for line in buf.getvalue().splitlines() if line.startswith("\u2713")]
-        return self._result(item, True, ticks[-1] if ticks else "passed", PASSED)
+        return self._result(item, True, passes[-1] if passes else "passed", PASSED)
 
 
 def read_submission(name: str, folder: Path, chapters: Sequence[Chapter],

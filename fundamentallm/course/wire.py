@@ -5,8 +5,11 @@ A message is a JSON header plus raw buffers, framed as ``b"FLW1"``, the header's
 buffers' total length (8 bytes each, big-endian), the header, then the buffers. Data is what the
 checks exchange with a student's function: ``None``, bools, ints, floats, strings, lists, tuples,
 dicts (keys of these types), sets, NumPy arrays and torch tensors of numeric or boolean dtypes
-(sent as their raw bytes), and CPU ``torch.Generator`` objects (sent as their state). Anything else crosses as a *handle* (``{"$h": id}``): an object that
-stays in the worker and whose methods the grader calls through a proxy.
+(sent as their raw bytes), CPU ``torch.Generator`` objects (sent as their state) and records
+(a dataclass instance such as a ``TransformerConfig``, or a ``types.SimpleNamespace``: sent as its
+fields, received as a ``SimpleNamespace``, which has no behaviour). Anything else crosses as a
+*handle* (``{"$h": id}``): an object that stays in the worker and whose methods the grader calls
+through a proxy.
 
 Every limit is checked before memory is allocated: the header's size, the buffers' total size,
 the nesting depth, the number of items, the dtypes and shapes.
@@ -14,6 +17,8 @@ the nesting depth, the number of items, the dtypes and shapes.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
 import json
 import os
@@ -21,6 +26,7 @@ import select
 import struct
 import sys
 import time
+import types
 from typing import Any, Callable, Optional
 
 MAGIC = b"FLW1"
@@ -91,8 +97,12 @@ def encode(value: Any, to_handle: Optional[Callable[[Any], int]] = None) -> tupl
             return {"$tu": [enc(x, depth + 1) for x in v]}
         if type(v) in (set, frozenset):
             return {"$s": [enc(x, depth + 1) for x in v]}
-        if type(v) is dict:
+        if type(v) in (dict, collections.OrderedDict):  # a state dict is an OrderedDict
             return {"$d": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
+        if type(v) is types.SimpleNamespace or (dataclasses.is_dataclass(v) and not isinstance(v, type)):
+            fields = vars(v) if type(v) is types.SimpleNamespace else {
+                f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+            return {"$r": [[str(k), enc(x, depth + 1)] for k, x in fields.items()]}
         if to_handle is not None:
             return {"$h": to_handle(v)}
         raise WireError(f"a {type(v).__name__} is not data (numbers, strings, tensors, arrays, "
@@ -168,6 +178,14 @@ def decode(obj: Any, buffers: list[bytes], from_handle: Callable[[int], Any]) ->
                     raise WireError("a dict entry is not a [key, value] pair")
                 out[_hashable(dec(pair[0], depth + 1))] = dec(pair[1], depth + 1)
             return out
+        if "$r" in o:  # a record: its fields, as attributes of an object with no behaviour
+            fields = {}
+            for pair in _list(o["$r"]):
+                if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str) \
+                        or not pair[0].isidentifier() or pair[0].startswith("_"):
+                    raise WireError("a record field is not a [name, value] pair")
+                fields[pair[0]] = dec(pair[1], depth + 1)
+            return types.SimpleNamespace(**fields)
         if "$h" in o and isinstance(o["$h"], int) and not isinstance(o["$h"], bool):
             return from_handle(o["$h"])
         raise WireError("unknown value in a message")
