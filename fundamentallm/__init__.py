@@ -24,7 +24,7 @@ _EXPORTS = {
     "CanonLayer": "canon",
     "load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
     "TransformerConfig": "config",
-    "TextDataset": "data", "digit_operations": "data", "load_corpus": "data", "train_val_split": "data",
+    "TextDataset": "data", "digit_operations": "tasks", "load_corpus": "data", "train_val_split": "data",
     "FeedForward": "feedforward",
     "Transformer": "model", "TransformerBlock": "model", "TransformerClassifier": "model",
     "block_sublayers": "model",

@@ -305,7 +305,7 @@ package = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["fundament
 for target in (package, "/", "/usr", "/opt/fundamentallm"):
     libc.mount(b"none", target.encode(), None, 32 | 4096, None)  # MS_REMOUNT | MS_BIND, read-write
     libc.mount(b"none", target.encode(), None, 32, None)
-for rel in ("course/_worker.py", "checks/core.py", "course/grading.py"):
+for rel in ("course/grader/_worker.py", "checks/core.py", "course/grader/grading.py"):
     try:
         with open(os.path.join(package, rel), "a") as f:
             f.write("\\nraise SystemExit('pwned')\\n")
@@ -829,7 +829,7 @@ fork = refused(os.fork)
 spawn = refused(lambda: os.posix_spawn("/bin/true", ["/bin/true"], {}))
 libc = ctypes.CDLL(None, use_errno=True)
 remount = libc.mount(b"none", b"/opt/fundamentallm/fundamentallm", None, 32 | 4096, None)
-write_package = refused(lambda: open("/opt/fundamentallm/fundamentallm/course/_worker.py", "a"))
+write_package = refused(lambda: open("/opt/fundamentallm/fundamentallm/course/grader/_worker.py", "a"))
 write_root = refused(lambda: open("/pwned", "w"))
 write_dev = refused(lambda: open("/dev/pwned", "w"))
 checks_seen = sorted(os.listdir("/opt/fundamentallm/fundamentallm/checks"))

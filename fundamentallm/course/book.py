@@ -258,7 +258,7 @@ def book_chapters(root: Optional[Path] = None) -> list[Chapter]:
 def run_exercise(ex: Exercise) -> tuple[bool, str]:
     """Execute the exercise's code and its check in a fresh namespace *in this process*:
     (passed, message). For the book's own solutions (tests); grading runs submissions in separate
-    processes (:mod:`fundamentallm.course.grading`)."""
+    processes (:mod:`fundamentallm.course.grader.grading`)."""
     from .. import checks
 
     namespace = {"checks": checks, "__name__": "__exercise__"}
