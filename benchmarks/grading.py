@@ -6,11 +6,14 @@ code (the answer cell, then the book's solution: an honest student who wrote the
 Every exercise should pass (a self-check item too); anything else is listed as a false failure.
 Issue 38's target: 30 students x 15 chapters in at most 10 minutes on 2 cores (``--jobs 2``).
 
-Run:  python benchmarks/grading.py [--students 30] [--jobs 2] [--chapters 02 03] [--timeout 60]
+With ``--stubs`` each student hands in the student edition unchanged (every answer cell a stub):
+every exercise should score zero, and anything that passes is listed as a false pass.
+
+Run:  python benchmarks/grading.py [--students 30] [--jobs 2] [--chapters 02 03] [--timeout 60] [--stubs]
 Prints one line per status, the students' times, then one JSON line (the last line):
 ``{"students": N, "chapters": C, "exercises": E, "seconds": ..., "s_per_student": ...,
 "extrapolated_30x15_s": ..., "false_failures": [...], "jobs": J, "loadavg": [...], "loadavg_start": [...],
-"cpu_s": ..., "cpu_s_per_student": ..., "sandbox": ...}``. ``cpu_s`` is the CPU time of the grader and
+"cpu_s": ..., "cpu_s_per_student": ..., "sandbox": ..., "false_passes": [...]}``. ``cpu_s`` is the CPU time of the grader and
 its workers: on a machine shared with other jobs the wall time grows with the load, the CPU time
 much less; divided by the cores (with ``--jobs`` = cores) it is what the class costs idle.
 The extrapolation to 30 x 15 scales the measured time by students and by exercises (it assumes
@@ -45,6 +48,13 @@ def honest_notebook(path: Path):
     return nb
 
 
+def stub_notebook(path: Path):
+    """The student edition of the book's chapter, handed in unanswered."""
+    from fundamentallm.course.book import to_student_notebook
+
+    return to_student_notebook(nbformat.read(path, as_version=4))
+
+
 def _cpu_seconds() -> float:
     """User + system CPU time of this process and its finished children (the sandboxed workers)."""
     import resource
@@ -61,6 +71,8 @@ def main(argv=None) -> int:
                         help="chapter file-name prefixes (default: every chapter)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per exercise")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--stubs", action="store_true",
+                        help="hand in the student edition's stubs: every exercise should score zero")
     args = parser.parse_args(argv)
     if args.students < 1 or args.jobs < 1:
         parser.error("--students and --jobs must be >= 1")
@@ -76,7 +88,8 @@ def main(argv=None) -> int:
     all_exercises = sum(len(c.exercises) for c in book_chapters(ROOT))
     with tempfile.TemporaryDirectory(prefix="fundamentallm-grading-bench-") as tmp:
         subs = Path(tmp) / "submissions"
-        notebooks = {c.path.name: honest_notebook(c.path) for c in chapters}
+        make = stub_notebook if args.stubs else honest_notebook
+        notebooks = {c.path.name: make(c.path) for c in chapters}
         for i in range(args.students):
             folder = subs / f"student_{i:03d}"
             folder.mkdir(parents=True)
@@ -94,9 +107,13 @@ def main(argv=None) -> int:
         counts[r.status] = counts.get(r.status, 0) + 1
     for status, n in sorted(counts.items()):
         print(f"{status:>14s}: {n}")
-    false = sorted({f"{r.label}: {r.status}: {r.message[:160]}" for r in details if not r.passed})
+    false = [] if args.stubs else sorted({f"{r.label}: {r.status}: {r.message[:160]}" for r in details
+                                          if not r.passed})
     for line in false:
         print("false failure:", line)
+    false_passes = sorted({f"{r.label}: {r.message[:160]}" for r in details if r.passed}) if args.stubs else []
+    for line in false_passes:
+        print("false pass:", line)
     per_student = seconds / args.students
     extrapolated = seconds * (30 / args.students) * (all_exercises / max(exercises, 1))
     print(f"{args.students} students x {len(chapters)} chapters ({exercises} exercises each) in {seconds:.1f} s "
@@ -106,7 +123,8 @@ def main(argv=None) -> int:
                       "extrapolated_30x15_s": round(extrapolated, 1), "false_failures": false, "jobs": args.jobs,
                       "loadavg": [round(x, 2) for x in os.getloadavg()], "loadavg_start": load_start,
                       "cpu_s": round(cpu, 1), "cpu_s_per_student": round(cpu / args.students, 1),
-                      "sandbox": "bubblewrap" if sandbox.bwrap_path() else "none", "cpus": os.cpu_count()}))
+                      "sandbox": "bubblewrap" if sandbox.bwrap_path() else "none", "cpus": os.cpu_count(),
+                      "false_passes": false_passes, "stubs": args.stubs}))
     return 0
 
 

@@ -13,12 +13,13 @@ checks its inputs once, at the door (the public ``forward``, once per ``generate
 
 The counts do not depend on the machine (no timing): run on a CPU, they are a GPU's counts too.
 
-Run:  python benchmarks/host_syncs.py
+Run:  python benchmarks/host_syncs.py [--device cpu|cuda|...]   (the model and data on that device)
 Prints a table, then one JSON line (the last line).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import torch
@@ -37,19 +38,19 @@ def _count(fn) -> int:
     return counted["syncs"]
 
 
-def main() -> dict:
+def main(device: str = "cpu") -> dict:
     torch.manual_seed(0)
     config = TransformerConfig.preset("nano", vocab_size=96, max_seq_len=64, dropout=0.0,
                                       pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False)
-    model = Transformer(config)
+    model = Transformer(config).to(device)
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, 96, (4, 32), generator=g)
+    ids = torch.randint(0, 96, (4, 32), generator=g).to(device)
     data = torch.randint(0, 96, (5000,), generator=g)
     trainer = Trainer(model, data, config=TrainConfig(max_steps=4, batch_size=8, block_size=32, grad_accum_steps=2,
-                                                      warmup_steps=0, progress=False))
+                                                      warmup_steps=0, progress=False, device=device))
     trainer.train_step()  # warm up (optimizer state allocated)
     prompt = ids[:1, :8]
-    seeded = dict(generator=torch.Generator().manual_seed(0))
+    seeded = dict(generator=torch.Generator(device=device).manual_seed(0))
     counts = {
         "public forward + backward": _count(lambda: model(ids, ids)[1].backward()),
         "Trainer.train_step (2 micro-batches)": _count(trainer.train_step),
@@ -64,8 +65,10 @@ def main() -> dict:
     for name, n in counts.items():
         per = f"  ({n / NEW_TOKENS:.2f} per token)" if "generate" in name else ""
         print(f"{name:<{width}}  {n:>3} host reads{per}")
-    return {"benchmark": "host_syncs", "new_tokens": NEW_TOKENS, "counts": counts}
+    return {"benchmark": "host_syncs", "new_tokens": NEW_TOKENS, "device": str(device), "counts": counts}
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", help="where the model and data live (default: cpu)")
+    print(json.dumps(main(parser.parse_args().device)))

@@ -18,13 +18,13 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "KVCache": "attention", "MultiHeadAttention": "attention", "causal_mask": "attention",
+    "KVCache": "cache", "MultiHeadAttention": "attention", "causal_mask": "attention",
     "padding_mask": "attention", "scaled_dot_product_attention": "attention",
     "sliding_window_mask": "attention",
     "CanonLayer": "canon",
     "load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
     "TransformerConfig": "config",
-    "TextDataset": "data", "digit_operations": "data", "load_corpus": "data", "train_val_split": "data",
+    "TextDataset": "data", "digit_operations": "tasks", "load_corpus": "data", "train_val_split": "data",
     "FeedForward": "feedforward",
     "Transformer": "model", "TransformerBlock": "model", "TransformerClassifier": "model",
     "block_sublayers": "model",

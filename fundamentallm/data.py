@@ -1,4 +1,4 @@
-"""Text corpora, shifted-window datasets and batches, and the digit-operations task.
+"""Text corpora, shifted-window datasets and batches.
 
 * ``load_corpus("python-docs")`` is the Python reference documentation that ships with every
   Python (``pydoc_data``): about half a megabyte of English and code, no network needed.
@@ -7,22 +7,20 @@
 * ``get_batch`` draws random windows by slicing, so the corpus may be a ``numpy.memmap`` of
   uint16 ids on disk: ``prepare`` tokenizes a text file once into ``train.bin``/``val.bin`` (as
   nanoGPT's ``prepare.py`` does) and ``load_prepared`` maps them, so a corpus larger than memory
-  trains in flat memory.
-* ``digit_operations`` generates the course's capstone task, ``Max ( 3 5 1 ) -> 5``.
+  trains in flat memory (both in :mod:`fundamentallm.tokenfiles`, exported here too).
+
+The course's tasks (``digit_operations``, chapter 12) are in :mod:`fundamentallm.tasks`; the names
+are exported here too, where the chapters import them.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
-import json
 import mmap
 import os
-import random
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -313,247 +311,25 @@ class DataSource:
                 yield self._collate(list(range(b, min(len(self.dataset), b + batch_size))))
 
 
-# --- Token files: tokenize once, train from a memory map ----------------------------------------
-
-PREPARED_DTYPES = ("uint16", "uint32")  # uint16 holds ids < 65536 (GPT-2's 50257 fit)
-META_FILE = "meta.json"
-
-
-def _text_pieces(path: Path, chunk_chars: int = 1 << 20) -> Iterable[str]:
-    """A UTF-8 text file as pieces of about a million characters (memory stays flat)."""
-    with open(path, encoding="utf-8") as f:
-        while True:
-            piece = f.read(chunk_chars)
-            if not piece:
-                return
-            yield piece
-
-
-def prepare(text_path: Union[str, os.PathLike], tokenizer, out_dir: Union[str, os.PathLike],
-            val_fraction: float = 0.1) -> dict:
-    """Tokenize a text file once into ``out_dir/train.bin`` and ``val.bin`` (raw little-endian
-    ids, uint16 when the vocabulary fits, as nanoGPT's ``prepare.py`` writes them), plus
-    ``tokenizer.json`` and ``meta.json`` (dtype, token counts, vocab_size). The validation split
-    is the last ``val_fraction`` of the tokens. The text is streamed
-    (``tokenizer.encode_iterable`` when it has one): memory does not grow with the file.
-    Returns the meta dict. Read back with :func:`load_prepared`."""
-    text_path, out_dir = Path(text_path), Path(out_dir)
-    if not text_path.is_file():
-        raise FileNotFoundError(f"text file {str(text_path)!r} does not exist")
-    if not isinstance(val_fraction, float) or not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction={val_fraction!r} must be a float in (0, 1)")
-    dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "all.bin.tmp"
-    n = 0
-    pieces = _text_pieces(text_path)
-    stream = (tokenizer.encode_iterable(pieces) if hasattr(tokenizer, "encode_iterable")
-              else itertools.chain.from_iterable(map(tokenizer.encode, pieces)))  # iterator of ids
-    with open(tmp, "wb") as f:
-        while batch := list(itertools.islice(stream, 1 << 20)):  # a million ids at a time
-            array = np.asarray(batch, dtype=np.int64)
-            if array.min() < 0 or array.max() >= 1 << (8 * np.dtype(dtype).itemsize):
-                raise ValueError(f"tokenizer gave id {array.max()} that dtype={dtype!r} cannot hold")
-            f.write(array.astype(dtype).tobytes())
-            n += len(batch)
-    n_train = int(n * (1.0 - val_fraction))
-    if n_train == 0 or n_train == n:
-        tmp.unlink()
-        raise ValueError(f"val_fraction={val_fraction!r} of {n} tokens leaves an empty split")
-    size = np.dtype(dtype).itemsize
-    with open(tmp, "rb") as src, open(out_dir / "val.bin", "wb") as dst:  # copy the tail ...
-        src.seek(n_train * size)
-        while block := src.read(1 << 24):
-            dst.write(block)
-    os.truncate(tmp, n_train * size)  # ... and cut it off: the head is train.bin, never copied
-    os.replace(tmp, out_dir / "train.bin")
-    tokenizer.save(out_dir / "tokenizer.json")
-    meta = {"format": 1, "dtype": dtype, "train_tokens": n_train, "val_tokens": n - n_train,
-            "vocab_size": tokenizer.vocab_size, "tokenizer": "tokenizer.json", "source": str(text_path)}
-    (out_dir / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    return meta
-
-
-def tokenizer_for_text(text_path: Union[str, os.PathLike], kind: str, vocab_size: int = 512,
-                       sample_chars: int = 10_000_000):
-    """The tokenizer ``prepare`` uses: ``"char"`` (every character of the file, streamed),
-    ``"bpe"`` (a :class:`ByteBPETokenizer` of ``vocab_size`` trained on the first
-    ``sample_chars`` characters, with ``<|endoftext|>`` as a special token), the path of a saved
-    tokenizer ``.json``, or a folder holding GPT-2's ``vocab.json`` + ``merges.txt``."""
-    from .tokenizers import ByteBPETokenizer, CharacterTokenizer, Tokenizer
-
-    if kind == "char":
-        chars: set = set()
-        for piece in _text_pieces(Path(text_path)):
-            chars.update(piece)
-        return CharacterTokenizer(chars)
-    if kind == "bpe":
-        with open(text_path, encoding="utf-8") as f:
-            sample = f.read(sample_chars)
-        return ByteBPETokenizer.from_text(sample, vocab_size, special_tokens=["<|endoftext|>"])
-    path = Path(kind)
-    if path.is_dir() and (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
-        table = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
-        specials = ["<|endoftext|>"] if "<|endoftext|>" in table else []
-        return ByteBPETokenizer.from_gpt2_files(path / "vocab.json", path / "merges.txt", specials)
-    if path.is_file():
-        return Tokenizer.load(path)
-    raise ValueError(f"tokenizer={kind!r} is not 'char', 'bpe', a tokenizer .json file or a folder "
-                     f"with vocab.json + merges.txt")
-
-
-def load_prepared(data_dir: Union[str, os.PathLike]):
-    """-> ``(tokenizer, train, val, meta)`` from a folder written by :func:`prepare`; ``train``
-    and ``val`` are read-only ``numpy.memmap``s (nothing is read until a batch slices them).
-    A ``.bin`` whose size does not match ``meta.json``'s dtype and token count raises
-    ``ValueError`` naming the file."""
-    from .tokenizers import Tokenizer
-
-    data_dir = Path(data_dir)
-    meta_path = data_dir / META_FILE
-    if not meta_path.is_file():
-        raise FileNotFoundError(f"data={str(data_dir)!r} has no {META_FILE}; write the folder with "
-                                f"`python -m fundamentallm prepare TEXT --out {data_dir}`")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        dtype, counts = meta["dtype"], (meta["train_tokens"], meta["val_tokens"])
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"{meta_path} is not a meta file written by prepare ({err!r})") from err
-    if dtype not in PREPARED_DTYPES:
-        raise ValueError(f"{meta_path}: dtype={dtype!r} is not supported; allowed values: "
-                         f"{', '.join(map(repr, PREPARED_DTYPES))}")
-    tokenizer = Tokenizer.load(data_dir / meta.get("tokenizer", "tokenizer.json"))
-    if tokenizer.vocab_size > np.iinfo(dtype).max + 1:
-        raise ValueError(f"{meta_path}: dtype={dtype!r} cannot hold the ids of a tokenizer with "
-                         f"vocab_size={tokenizer.vocab_size}")
-    arrays = []
-    for name, count in zip(("train.bin", "val.bin"), counts):
-        path = data_dir / name
-        size = path.stat().st_size if path.is_file() else None
-        expected = count * np.dtype(dtype).itemsize if isinstance(count, int) else None
-        if size != expected or not count:
-            raise ValueError(f"{path}: size {size} bytes does not match meta.json (dtype={dtype!r}, "
-                             f"{count} tokens = {expected} bytes); was it written by another prepare?")
-        arrays.append(np.memmap(path, dtype=dtype, mode="r"))
-    return tokenizer, arrays[0], arrays[1], meta
-
-
-# --- The digit-operations task -------------------------------------------------------------------
-
-# Exactly 20 tokens. Specials first (so <pad> = 0, as in the character tokenizer):
-#   <pad> fills short sequences; <cls> starts the encoder's input (its vector is pooled, as BERT's
-#   [CLS]); <mask> hides a digit for masked-language-model pre-training (Devlin et al. 2019).
-# Then the ten digits, the five operation names, and the two brackets. In the decoder framing
-# ")" doubles as the separator: the answer digit is the token that follows it.
-OPERATIONS = ("First", "Second", "Last", "Max", "Min")
-DIGIT_VOCAB = ("<pad>", "<cls>", "<mask>", *"0123456789", *OPERATIONS, "(", ")")
-DIGIT_STOI = {tok: i for i, tok in enumerate(DIGIT_VOCAB)}
-DIGIT_PAD, DIGIT_CLS, DIGIT_MASK, DIGIT_OFFSET = 0, 1, 2, 3  # token id of digit d = d + 3
-_APPLY = {"First": lambda d: d[0], "Second": lambda d: d[1], "Last": lambda d: d[-1],
-          "Max": max, "Min": min}
-
-
-def encode_digits(text: str) -> list[int]:
-    """``"Max ( 3 5 1 )"`` -> token ids (tokens are separated by spaces)."""
-    unknown = [tok for tok in text.split() if tok not in DIGIT_STOI]
-    if unknown:
-        raise ValueError(f"unknown token(s) {unknown}; the vocabulary is {list(DIGIT_VOCAB)}")
-    return [DIGIT_STOI[tok] for tok in text.split()]
-
-
-def decode_digits(ids, skip_pad: bool = True) -> str:
-    """Token ids -> ``"Max ( 3 5 1 )"``; padding is dropped unless ``skip_pad=False``."""
-    ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-    return " ".join(DIGIT_VOCAB[i] for i in ids if not (skip_pad and i == DIGIT_PAD))
-
-
-@dataclass
-class DigitSplit:
-    """One split of the digit task, as tensors (N examples, padded to a common length).
-
-    Encoder (classifier) framing: ``input_ids`` ``(N, L)`` = ``<cls> op ( d1 .. dk )`` + padding,
-    ``attention_mask`` ``(N, L)`` (True on real tokens), ``labels`` ``(N,)`` = the answer digit
-    0..9 (use ``TransformerClassifier(config, num_classes=10)``).
-    Decoder (sequence-completion) framing: ``lm_input_ids`` ``(N, L)`` = ``op ( d1 .. dk ) ans``
-    + padding and ``lm_targets`` ``(N, L)`` = -100 everywhere except at ")", whose target is the
-    answer's token id -- so a causal ``Transformer`` is scored only on predicting the answer.
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    labels: torch.Tensor
-    lm_input_ids: torch.Tensor
-    lm_targets: torch.Tensor
-    operations: list[str]
-    digits: list[list[int]]
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def classification(self) -> TensorDataset:
-        """``(input_ids, labels, attention_mask)`` triples, ready for :class:`Trainer`."""
-        return TensorDataset(self.input_ids, self.labels, self.attention_mask)
-
-    def completion(self) -> TensorDataset:
-        """``(lm_input_ids, lm_targets)`` pairs for a causal language model."""
-        return TensorDataset(self.lm_input_ids, self.lm_targets)
-
-
-@dataclass
-class DigitTask:
-    train: DigitSplit
-    val: DigitSplit
-    test: DigitSplit
-    vocab: tuple[str, ...] = DIGIT_VOCAB
-
-
-def _make_split(examples: list[tuple[str, tuple[int, ...]]], max_len: int) -> DigitSplit:
-    L = max_len + 4  # <cls> op ( ... )   and   op ( ... ) ans
-    n = len(examples)
-    enc = torch.full((n, L), DIGIT_PAD, dtype=torch.long)
-    dec = torch.full((n, L), DIGIT_PAD, dtype=torch.long)
-    targets = torch.full((n, L), -100, dtype=torch.long)
-    labels = torch.empty(n, dtype=torch.long)
-    for i, (op, digits) in enumerate(examples):
-        answer = _APPLY[op](digits)
-        body = [DIGIT_STOI[op], DIGIT_STOI["("], *(d + DIGIT_OFFSET for d in digits), DIGIT_STOI[")"]]
-        enc[i, :len(body) + 1] = torch.tensor([DIGIT_CLS, *body])
-        dec[i, :len(body) + 1] = torch.tensor([*body, answer + DIGIT_OFFSET])
-        targets[i, len(body) - 1] = answer + DIGIT_OFFSET  # predicted at ")"
-        labels[i] = answer
-    return DigitSplit(enc, enc != DIGIT_PAD, labels, dec, targets,
-                      [op for op, _ in examples], [list(d) for _, d in examples])
-
-
-def digit_operations(n_train: int = 2000, n_val: int = 200, n_test: int = 200,
-                     min_len: int = 2, max_len: int = 6,
-                     operations: Sequence[str] = OPERATIONS, seed: int = 0) -> DigitTask:
-    """Seeded examples ``op ( d1 .. dk ) -> answer`` with k in ``[min_len, max_len]`` digits.
-
-    The three splits hold distinct examples (no (operation, digits) pair appears twice), so the
-    test accuracy measures generalisation, not memorisation.
-    """
-    for name, value, low in (("n_train", n_train, 1), ("n_val", n_val, 0), ("n_test", n_test, 0),
-                             ("min_len", min_len, 2), ("max_len", max_len, min_len)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"{name}={value!r} must be an integer >= {low}")
-    bad = [op for op in operations if op not in OPERATIONS]
-    if bad or not operations:
-        raise ValueError(f"operations={list(operations)!r} must be a non-empty subset of {list(OPERATIONS)}")
-    total = n_train + n_val + n_test
-    space = len(operations) * sum(10**k for k in range(min_len, max_len + 1))
-    if total > space // 2:
-        raise ValueError(f"{total} distinct examples requested but only {space} exist for lengths "
-                         f"{min_len}..{max_len}; ask for fewer or allow longer sequences")
-    rng = random.Random(seed)
-    seen: set[tuple[str, tuple[int, ...]]] = set()
-    examples = []
-    while len(examples) < total:
-        k = rng.randint(min_len, max_len)
-        ex = (rng.choice(list(operations)), tuple(rng.randrange(10) for _ in range(k)))
-        if ex not in seen:
-            seen.add(ex)
-            examples.append(ex)
-    cut1, cut2 = n_train, n_train + n_val
-    return DigitTask(_make_split(examples[:cut1], max_len), _make_split(examples[cut1:cut2], max_len),
-                     _make_split(examples[cut2:], max_len))
+# --- Exported here, defined next door ---------------------------------------------------------------
+from .tasks import (  # noqa: E402,F401  (chapter 12 and older code import the task from here)
+    DIGIT_CLS,
+    DIGIT_MASK,
+    DIGIT_OFFSET,
+    DIGIT_PAD,
+    DIGIT_STOI,
+    DIGIT_VOCAB,
+    OPERATIONS,
+    DigitSplit,
+    DigitTask,
+    decode_digits,
+    digit_operations,
+    encode_digits,
+)
+from .tokenfiles import (  # noqa: E402,F401
+    META_FILE,
+    PREPARED_DTYPES,
+    load_prepared,
+    prepare,
+    tokenizer_for_text,
+)

@@ -449,16 +449,3 @@ class Explorer:
 
     def __repr__(self) -> str:
         return f"Explorer({list(self.controls)}, buttons {list(self.actions)})"
-
-
-def setup(app):
-    """Sphinx extension (listed in the book's ``_config.yml``): a page keeps an explorer's frames
-    and drops the widget state that the build's kernel recorded (a live widget's state, PNGs
-    included, that no page can use without a kernel: ``nb_mime_priority_overrides`` already drops
-    the widget views)."""
-    def drop_widget_state(app, doctree):
-        pages = getattr(app.env, "nb_metadata", {})
-        pages.get(app.env.docname, {}).get("js_files", {}).pop("ipywidgets_state", None)
-
-    app.connect("doctree-read", drop_widget_state)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}

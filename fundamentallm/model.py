@@ -8,22 +8,22 @@ and a norm), then ``Transformer`` (embeddings -> blocks -> norm -> tied output p
 from __future__ import annotations
 
 import math
-import os
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import doors
 from . import hooks as _hooks
-from .attention import KVCache, MultiHeadAttention, padding_mask
+from .attention import MultiHeadAttention
+from .cache import KVCache
 from .canon import CanonLayer
 from .config import TransformerConfig
 from .feedforward import FeedForward
 from .moe import MoEFeedForward
 from .norms import make_norm
-from .positions import RotaryEmbedding, check_token_positions, create_positional_encoding
-from .recipes import POOLINGS
+from .positions import RotaryEmbedding, create_positional_encoding
 from .registry import ModelRegistry
 
 
@@ -108,71 +108,22 @@ def block_sublayers(config, weights: dict) -> dict[str, nn.Module]:
     return out
 
 
-# --- input validation (issue 15): clear errors instead of torch's, or of a silently wrong loss ---
-# Checked once, at the door (the public forward, hidden_states and attention_maps): types and
-# shapes for free, values with one host read (see _Backbone.check_values). A caller that has
-# checked its data already (the Trainer when it receives it, generate for the prompt) runs the
-# model inside utils.inputs_checked(model), which skips the value read; the layers check nothing.
-
-_POSITION_TABLE_LIMIT = 8 * 2**30  # bytes; Llama 3's 128k context x 4096 in fp32 is 2 GiB
-
-
-def _host_memory() -> int:
-    """Bytes of physical memory of this machine (a generous 2**40 when the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return 2**40
-
-
-def _check_table_sizes(config: TransformerConfig) -> None:
-    """Refuse a config whose weights would not fit in this machine's memory, naming the fields
-    that make it large, before anything is allocated (``vocab_size=10**11`` or ``max_seq_len=10**9``
-    would otherwise start an allocation of terabytes and end in torch's out-of-memory error)."""
-    c = config
-    table = c.max_seq_len * c.d_model * 4  # bytes of one fp32 (max_seq_len, d_model) table
-    if table > _POSITION_TABLE_LIMIT:
-        raise ValueError(f"max_seq_len={c.max_seq_len} with d_model={c.d_model} needs "
-                         f"{table / 2**30:.0f} GiB for one position table (at most "
-                         f"{_POSITION_TABLE_LIMIT // 2**30} GiB allowed); choose a smaller max_seq_len")
-    kv_dim = c.kv_heads * c.head_dim
-    ff = (3 if c.activation == "swiglu" else 2) * c.d_model * c.ff_dim * max(c.moe_experts or 1, 1)
-    per_layer = c.d_model * (2 * c.d_model + 2 * kv_dim) + ff
-    per_token = c.d_model * (1 if c.tie_weights else 2) + (c.num_layers * kv_dim if c.value_embeddings else 0)
-    parts = [(("vocab_size", "d_model"), c.vocab_size * per_token * 4),  # the embedding tables
-             (("num_layers", "d_model", "ff_dim"), c.num_layers * per_layer * 4)]  # the blocks
-    total, memory = sum(size for _, size in parts), _host_memory()
-    if total > memory:
-        fields = max(parts, key=lambda part: part[1])[0]  # the larger part names the fields
-        raise ValueError(f"{', '.join(f'{f}={getattr(c, f)}' for f in fields)} need about "
-                         f"{total / 2**30:,.0f} GiB of float32 weights, more than this machine's "
-                         f"{memory / 2**30:,.0f} GiB of memory; choose smaller values of {', '.join(fields)}")
-
-
-def _is_integer_tensor(t: torch.Tensor) -> bool:
-    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
-
-
 class _Backbone(nn.Module):
     """Embeddings, positions and blocks shared by the decoder and the encoder."""
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        c = self.config = config
-        _check_table_sizes(c)
+        c = self.config = doors.check_config(config)
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.pos_encoding = None
         self.rope = None
         if c.pos_encoding == "rope":
+            # the model checks positions once, at its door: its position modules check nothing
             self.rope = RotaryEmbedding(c.head_dim, c.max_seq_len, base=c.rope_base, scaling=c.rope_scaling,
-                                        style=c.rope_style)
+                                        style=c.rope_style, check_inputs=False)
         else:
-            self.pos_encoding = create_positional_encoding(c.pos_encoding, c.d_model, c.max_seq_len)
-        for positions in (self.rope, self.pos_encoding):
-            if positions is not None:
-                positions.check_positions = False  # the model checks token_positions once, at its door
+            self.pos_encoding = create_positional_encoding(c.pos_encoding, c.d_model, c.max_seq_len,
+                                                           check_inputs=False)
         self.dropout = nn.Dropout(c.dropout)
         self.canon_embed = CanonLayer(c.d_model, c.canon_kernel, key="embed") if "embed" in c.canon_places else None
         self.blocks = nn.ModuleList(TransformerBlock(c, i, rope=self.rope) for i in range(c.num_layers))
@@ -204,95 +155,13 @@ class _Backbone(nn.Module):
         """Parameter count; a tied matrix is counted once (``parameters()`` yields it once)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
-    check_inputs = True  # read the inputs' values at the door (utils.inputs_checked turns it off)
-
-    def _door(self, input_ids, attention_mask, kv_cache, token_positions,
-              targets=None) -> tuple[int, Optional[torch.Tensor]]:
-        """Every check of a public call, at its start: types and shapes, then (unless the caller
-        checked its data already) the values, with one host read. Returns the cache's position
-        and the ``(B, 1, 1, T_k)`` key-padding mask."""
-        if not isinstance(input_ids, torch.Tensor):
-            raise TypeError(f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}")
-        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-            raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape (B, T), got {tuple(input_ids.shape)}")
-        if input_ids.shape[0] == 0:
-            raise ValueError(f"input_ids holds a batch of 0 sequences (shape {tuple(input_ids.shape)}); "
-                             f"pass at least one")
-        if targets is not None:
-            if not isinstance(targets, torch.Tensor):
-                raise TypeError(f"targets must be a torch.Tensor of integer ids (-100 = ignore), got "
-                                f"{type(targets).__name__}")
-            if not _is_integer_tensor(targets):
-                raise TypeError(f"targets must be an integer tensor of ids (-100 = ignore), got dtype "
-                                f"{targets.dtype}; a float tensor would be truncated to other ids")
-        if kv_cache is not None and not isinstance(kv_cache, KVCache):
-            raise TypeError(f"kv_cache must be a KVCache (see make_kv_cache), got {type(kv_cache).__name__}")
-        start = kv_cache.length if kv_cache is not None else 0
-        T = input_ids.shape[1]
-        if T == 0:
-            raise ValueError("input_ids is empty (T=0)")
-        if start + T > self.config.max_seq_len:
-            raise ValueError(f"sequence length {start + T} exceeds max_seq_len={self.config.max_seq_len}")
-        if kv_cache is not None and kv_cache.num_layers != len(self.blocks):
-            raise ValueError(f"kv_cache has {kv_cache.num_layers} layers, the model has {len(self.blocks)}")
-        if token_positions is not None:
-            check_token_positions(token_positions, tuple(input_ids.shape), self.config.max_seq_len, values=False)
-        mask = None
-        if attention_mask is not None:
-            if not isinstance(attention_mask, torch.Tensor):
-                raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
-            expected = (input_ids.shape[0], start + T)
-            if tuple(attention_mask.shape) != expected:
-                raise ValueError(f"attention_mask must have shape (B, T) = {expected} (1 = token, 0 = padding), "
-                                 f"got {tuple(attention_mask.shape)}")
-            mask = padding_mask(attention_mask)
-        if self.check_inputs:
-            self.check_values(input_ids, targets, attention_mask, token_positions)
-        return start, mask
-
     def check_values(self, input_ids: Optional[torch.Tensor] = None, targets: Optional[torch.Tensor] = None,
                      attention_mask: Optional[torch.Tensor] = None,
                      token_positions: Optional[torch.Tensor] = None, all_ignored_ok: bool = False) -> None:
-        """Raise a clear error if a value is out of place: a token id outside the vocabulary,
-        targets that are not class ids in ``[0, num_classes)`` or -100 (or all -100: a 0/0
-        loss), a mask that is not 0/1, a position outside ``[0, max_seq_len)``. One host read
-        covers them all; the details are computed only on failure. Forward runs it at its door;
-        the Trainer runs it once on the data it receives, with ``all_ignored_ok=True`` (a split or
-        a micro-batch may hold no real target; its step or evaluation reports that)."""
-        V, L = self.config.vocab_size, self.config.max_seq_len
-        num_classes = getattr(self, "num_classes", V)  # a classifier's targets are classes
-        checks = []
-        if input_ids is not None:
-            checks.append(((input_ids >= 0) & (input_ids < V)).all())
-        if targets is not None:
-            real = targets != -100
-            checks += [real.any() | all_ignored_ok, ~(real & ((targets < 0) | (targets >= num_classes))).any()]
-        if attention_mask is not None and attention_mask.dtype != torch.bool:
-            checks.append(((attention_mask == 0) | (attention_mask == 1)).all())  # False for NaN too
-        if token_positions is not None:
-            checks.append(((token_positions >= 0) & (token_positions < L)).all())
-        if not checks or bool(torch.stack([c.to(checks[0].device) for c in checks]).all()):
-            return
-        if input_ids is not None and not bool(checks[0]):
-            lo, hi = int(input_ids.min()), int(input_ids.max())
-            raise ValueError(f"token id {lo if lo < 0 else hi} is outside the vocabulary [0, {V})")
-        if targets is not None:
-            if not all_ignored_ok and not bool((targets != -100).any()):
-                raise ValueError("targets are all -100 (ignored): the mean loss would be 0/0 = NaN; "
-                                 "pass at least one real target")
-            bad = targets[(targets != -100) & ((targets < 0) | (targets >= num_classes))]
-            if bad.numel():
-                raise ValueError(f"targets contain {bad[0].item()}, outside [0, {num_classes}) (-100 marks an "
-                                 f"ignored position)")
-        if attention_mask is not None and attention_mask.dtype != torch.bool \
-                and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
-            raise ValueError("attention_mask must hold only 1 (token) and 0 (padding); it contains other "
-                             "values (or NaN/inf)")
-        if token_positions is not None:
-            check_token_positions(token_positions, (1, *token_positions.shape) if token_positions.dim() == 1
-                                  else tuple(token_positions.shape), L)
+        """Raise a clear error if a value is out of place (a token id outside the vocabulary,
+        targets that are not class ids or -100, a mask that is not 0/1, a position outside
+        ``[0, max_seq_len)``), with one host read: :func:`fundamentallm.doors.check_values`."""
+        doors.check_values(self, input_ids, targets, attention_mask, token_positions, all_ignored_ok)
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                       kv_cache: Optional[KVCache] = None,
@@ -304,13 +173,13 @@ class _Backbone(nn.Module):
         values. ``token_positions`` ``(T,)`` or ``(B, T)`` gives the tokens other positions than
         ``length..length+T-1`` (packed documents restarting at 0, left padding).
         """
-        _, mask = self._door(input_ids, attention_mask, kv_cache, token_positions)
+        mask = doors.check_call(self, input_ids, attention_mask, kv_cache, token_positions)
         return self._run(input_ids, mask, kv_cache, token_positions, attentions=None)
 
     def attention_maps(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                        token_positions: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
         """Per-layer attention weights ``(B, H, T, T)`` of a full (uncached) pass, for looking at."""
-        _, mask = self._door(input_ids, attention_mask, None, token_positions)
+        mask = doors.check_call(self, input_ids, attention_mask, None, token_positions)
         attentions: list[torch.Tensor] = []
         self._run(input_ids, mask, None, token_positions, attentions=attentions)
         return attentions
@@ -382,16 +251,8 @@ class Transformer(_Backbone):
         """``logits_to_keep=k > 0`` projects only the last ``k`` positions to the vocabulary
         (logits ``(B, k, V)``; Hugging Face's argument): decoding needs the last one only, and
         with a large vocabulary the other rows would cost most of the step."""
-        if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
-            raise ValueError(f"logits_to_keep={logits_to_keep!r} must be an integer >= 0 (0 keeps every position)")
-        if targets is not None and logits_to_keep:
-            raise ValueError(f"logits_to_keep={logits_to_keep} cannot be combined with targets: the loss "
-                             f"needs every position's logits")
-        if targets is not None and isinstance(targets, torch.Tensor) and isinstance(input_ids, torch.Tensor) \
-                and targets.shape != input_ids.shape:
-            raise ValueError(f"targets must be a tensor with the shape of input_ids {tuple(input_ids.shape)}, "
-                             f"got {tuple(targets.shape)}")
-        _, mask = self._door(input_ids, attention_mask, kv_cache, token_positions, targets)
+        doors.check_decoder_args(input_ids, targets, logits_to_keep)
+        mask = doors.check_call(self, input_ids, attention_mask, kv_cache, token_positions, targets)
         h = self._run(input_ids, mask, kv_cache, token_positions, attentions=None)  # (B, T, C)
         logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)  # (B, T or k, V)
         loss = None
@@ -442,14 +303,7 @@ class TransformerClassifier(_Backbone):
     """
 
     def __init__(self, config: TransformerConfig, num_classes: int, pooling: str = "first") -> None:
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        if config.causal:
-            raise ValueError("TransformerClassifier is a bidirectional encoder: build it with causal=False")
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling={pooling!r} is not supported; allowed values: 'first', 'mean'")
-        if not isinstance(num_classes, int) or num_classes < 2:
-            raise ValueError(f"num_classes={num_classes!r} must be an integer >= 2")
+        doors.check_classifier(config, num_classes, pooling)
         super().__init__(config)
         self.pooling, self.num_classes = pooling, num_classes
         self.head = nn.Linear(config.d_model, num_classes)
@@ -457,7 +311,7 @@ class TransformerClassifier(_Backbone):
 
     def forward(self, input_ids: torch.Tensor, targets: Optional[torch.Tensor] = None,
                 attention_mask: Optional[torch.Tensor] = None):
-        _, mask = self._door(input_ids, attention_mask, None, None, targets)
+        mask = doors.check_call(self, input_ids, attention_mask, None, None, targets)
         h = self._run(input_ids, mask, None, None, attentions=None)  # (B, T, C)
         if self.pooling == "first":
             pooled = h[:, 0]
@@ -468,8 +322,6 @@ class TransformerClassifier(_Backbone):
         logits = self.head(pooled)  # (B, num_classes)
         loss = None
         if targets is not None:
-            if tuple(targets.shape) != (logits.shape[0],):
-                raise ValueError(f"targets must have shape (B,) = ({logits.shape[0]},) (one class per "
-                                 f"sequence), got {tuple(targets.shape)}")
+            doors.check_class_targets(targets, logits.shape[0])
             loss = F.cross_entropy(logits, targets.long())
         return logits, loss

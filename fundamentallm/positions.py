@@ -64,15 +64,14 @@ def sinusoidal_table(max_seq_len: int, d_model: int) -> torch.Tensor:
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Adds the fixed sinusoidal table to ``x``. Input/output ``(B, T, d_model)``. Not trainable."""
+    """Adds the fixed sinusoidal table to ``x``. Input/output ``(B, T, d_model)``. Not trainable.
+    ``check_inputs=False``: see :class:`RotaryEmbedding`."""
 
-    check_positions = True  # see RotaryEmbedding
-
-    def __init__(self, d_model: int, max_seq_len: int) -> None:
+    def __init__(self, d_model: int, max_seq_len: int, check_inputs: bool = True) -> None:
         super().__init__()
         if d_model % 2:
             raise ValueError(f"d_model={d_model} must be even for sinusoidal encodings")
-        self.d_model, self.max_seq_len = d_model, max_seq_len
+        self.d_model, self.max_seq_len, self._checks = d_model, max_seq_len, bool(check_inputs)
         # A buffer, not a parameter: it moves with .to(device) but gets no gradient. Not saved in
         # the state dict, since it is recomputed exactly from the formula.
         self.register_buffer("pe", sinusoidal_table(max_seq_len, d_model), persistent=False)
@@ -80,29 +79,30 @@ class SinusoidalPositionalEncoding(nn.Module):
     def forward(self, x: torch.Tensor, start_pos: int = 0,
                 token_positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         T = x.shape[1]
-        _check_positions(T, start_pos, self.max_seq_len, "SinusoidalPositionalEncoding")
-        if token_positions is not None:
-            check_token_positions(token_positions, x.shape[:2], self.max_seq_len, values=self.check_positions)
+        if self._checks:
+            _check_positions(T, start_pos, self.max_seq_len, "SinusoidalPositionalEncoding")
+            if token_positions is not None:
+                check_token_positions(token_positions, x.shape[:2], self.max_seq_len)
         return x + _table_rows(self.pe, T, start_pos, token_positions).to(x.dtype)  # + (T, C) or (B, T, C)
 
 
 class LearnedPositionalEncoding(nn.Module):
-    """Adds a trainable vector per position (GPT-2's ``wpe``). Input/output ``(B, T, d_model)``."""
+    """Adds a trainable vector per position (GPT-2's ``wpe``). Input/output ``(B, T, d_model)``.
+    ``check_inputs=False``: see :class:`RotaryEmbedding`."""
 
-    check_positions = True  # see RotaryEmbedding
-
-    def __init__(self, d_model: int, max_seq_len: int) -> None:
+    def __init__(self, d_model: int, max_seq_len: int, check_inputs: bool = True) -> None:
         super().__init__()
-        self.d_model, self.max_seq_len = d_model, max_seq_len
+        self.d_model, self.max_seq_len, self._checks = d_model, max_seq_len, bool(check_inputs)
         self.weight = nn.Parameter(torch.randn(max_seq_len, d_model) * 0.02)
 
     def forward(self, x: torch.Tensor, start_pos: int = 0,
                 token_positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         T = x.shape[1]
         # A learned table has no row for unseen positions: it cannot extrapolate at all.
-        _check_positions(T, start_pos, self.max_seq_len, "LearnedPositionalEncoding")
-        if token_positions is not None:
-            check_token_positions(token_positions, x.shape[:2], self.max_seq_len, values=self.check_positions)
+        if self._checks:
+            _check_positions(T, start_pos, self.max_seq_len, "LearnedPositionalEncoding")
+            if token_positions is not None:
+                check_token_positions(token_positions, x.shape[:2], self.max_seq_len)
         return x + _table_rows(self.weight, T, start_pos, token_positions)
 
 
@@ -173,19 +173,19 @@ class RotaryEmbedding(nn.Module):
     ``forward(x, start_pos)`` rotates the ``T`` rows of ``x`` as positions ``start_pos..``;
     ``forward(x, token_positions=p)`` as the positions in ``p``, any integer tensor ``(T,)`` or
     ``(B, T)`` (packed sequences restarting at 0, left padding). Out-of-range positions are an
-    error; that check reads ``p`` on the host once, so a model that checked its positions at its
-    own door sets ``check_positions = False`` on its rotary module.
+    error; that check reads ``p`` on the host once. A model that checks its positions once, at its
+    own door, builds its position modules with ``check_inputs=False``: they then check nothing
+    (neither the range of ``start_pos`` nor ``p``), as the door has.
     """
 
-    check_positions = True
-
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0,
-                 scaling: Optional[dict] = None, style: str = "half") -> None:
+                 scaling: Optional[dict] = None, style: str = "half", check_inputs: bool = True) -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"head_dim={head_dim} must be even for rotary embeddings")
         self.style = check_rope_style(style)
         self.head_dim, self.max_seq_len, self.base, self.scaling = head_dim, max_seq_len, base, scaling
+        self._checks = bool(check_inputs)
         inv_freq = rope_frequencies(head_dim, base, scaling)  # (D/2,)
         angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)  # (T, D/2)
         if style == "half":
@@ -201,10 +201,10 @@ class RotaryEmbedding(nn.Module):
         T = x.shape[-2]
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"RotaryEmbedding(head_dim={self.head_dim}) got last dimension {x.shape[-1]}")
-        _check_positions(T, start_pos, self.max_seq_len, "RotaryEmbedding")
-        if token_positions is not None:
-            check_token_positions(token_positions, (x.shape[0] if x.dim() > 2 else 1, T), self.max_seq_len,
-                                  values=self.check_positions)
+        if self._checks:
+            _check_positions(T, start_pos, self.max_seq_len, "RotaryEmbedding")
+            if token_positions is not None:
+                check_token_positions(token_positions, (x.shape[0] if x.dim() > 2 else 1, T), self.max_seq_len)
         cos = _table_rows(self.cos, T, start_pos, token_positions).to(x.dtype)  # (T, D) or (B, T, D)
         sin = _table_rows(self.sin, T, start_pos, token_positions).to(x.dtype)
         if cos.dim() == 3 and x.dim() == 4:  # (B, T, D) -> (B, 1, T, D): the same angles for every head
@@ -214,16 +214,18 @@ class RotaryEmbedding(nn.Module):
 
 def create_positional_encoding(kind: str, d_model: int, max_seq_len: int,
                                head_dim: Optional[int] = None, base: float = 10000.0,
-                               rope_style: str = "half") -> Union[nn.Module, None]:
+                               rope_style: str = "half", check_inputs: bool = True) -> Union[nn.Module, None]:
     """``"learned"`` / ``"sinusoidal"``: a module adding positions to embeddings;
     ``"rope"``: a :class:`RotaryEmbedding` over ``head_dim`` (default ``d_model``) in
-    ``rope_style``, applied in attention; ``"none"``: ``None``."""
+    ``rope_style``, applied in attention; ``"none"``: ``None``. ``check_inputs=False`` for a
+    model that checks positions at its own door (see :class:`RotaryEmbedding`)."""
     if kind == "learned":
-        return LearnedPositionalEncoding(d_model, max_seq_len)
+        return LearnedPositionalEncoding(d_model, max_seq_len, check_inputs=check_inputs)
     if kind == "sinusoidal":
-        return SinusoidalPositionalEncoding(d_model, max_seq_len)
+        return SinusoidalPositionalEncoding(d_model, max_seq_len, check_inputs=check_inputs)
     if kind == "rope":
-        return RotaryEmbedding(head_dim or d_model, max_seq_len, base=base, style=rope_style)
+        return RotaryEmbedding(head_dim or d_model, max_seq_len, base=base, style=rope_style,
+                               check_inputs=check_inputs)
     if kind == "none":
         return None
     raise ValueError(f"pos_encoding={kind!r} is not supported; allowed values: "

@@ -1,12 +1,7 @@
 """Post-training: from a next-token predictor to an assistant (chapter 15).
 
-* the task: two-digit addition, verifiable by a program (:func:`addition_splits`,
-  :func:`digit_verifier`), optionally with fixed-width operands and the answer written
-  least-significant digit first (:func:`format_addition`; Lee et al. 2024, arXiv:2307.03381), and
-  a noisy "web" corpus of it to pretrain a base model on (:func:`web_corpus`);
-* :class:`ChatTemplate`: ``<user> question <assistant> answer <end>`` with reserved symbols of the
-  tokenizer, and :func:`sft_batch`: padded batches whose targets are -100 except on the
-  assistant's tokens (supervised fine-tuning, SFT; Ouyang et al. 2022);
+* the task (two-digit addition and its verifier) is in :mod:`fundamentallm.tasks`, the chat
+  template and the SFT batches in :mod:`fundamentallm.chat`; both are exported here too;
 * :func:`sample_completions`: batched rollouts through :func:`fundamentallm.generation.generate`
   (the KV cache; each row stops at its own end token); :func:`token_logprobs`, :func:`pack`;
 * :func:`dpo_loss` (Rafailov et al. 2023): preferences without a reward model;
@@ -20,7 +15,6 @@
 from __future__ import annotations
 
 import math
-import random
 import warnings
 from collections import defaultdict
 from typing import Callable, Optional, Sequence
@@ -29,189 +23,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .chat import (  # noqa: F401  (exported here: the chapter and older code import them from posttrain)
+    ASSISTANT,
+    END,
+    USER,
+    ChatTemplate,
+    _device,
+    add_reserved_tokens,
+    pack,
+    sft_batch,
+)
 from .generation import generate
-
-USER, ASSISTANT, END = "\u25b7", "\u25c1", "\u25a0"  # ▷ ◁ ■: reserved, never in the web corpus
-Pair = tuple[str, str]  # (question, answer)
-
-
-# --- the task --------------------------------------------------------------------------------
-
-def carries(a: int, b: int) -> int:
-    """Number of columns of ``a + b`` that produce a carry: ``carries(58, 67) -> 2``."""
-    count, carry = 0, 0
-    while a or b:
-        carry = int(a % 10 + b % 10 + carry >= 10)
-        count += carry
-        a, b = a // 10, b // 10
-    return count
-
-
-def _check_bool(**values) -> None:
-    for name, value in values.items():
-        if not isinstance(value, bool):
-            raise ValueError(f"{name}={value!r} must be True or False")
-
-
-def format_addition(a: int, b: int, digits: tuple[int, int] = (2, 1), pad: bool = False,
-                    reverse: bool = False) -> Pair:
-    """One problem as ``(question, answer)``: ``(57, 8) -> ("57+8", "65")``. ``pad`` writes each
-    operand at its fixed width (``7+8`` becomes ``07+8`` for ``digits=(2, 1)``), so every digit
-    sits at the same position in every question; ``reverse`` writes the answer least-significant
-    digit first (``"56"`` for 65), the order in which addition produces it: each digit then comes
-    after the digits (and the carry) it depends on (Lee et al. 2024)."""
-    _check_bool(pad=pad, reverse=reverse)
-    x, y = (str(a).zfill(digits[0]), str(b).zfill(digits[1])) if pad else (str(a), str(b))
-    total = str(a + b)
-    return f"{x}+{y}", total[::-1] if reverse else total
-
-
-def addition_splits(n_test: int = 200, n_hard: int = 200, digits: tuple[int, int] = (2, 1),
-                    seed: int = 0, pad: bool = False, reverse: bool = False) -> dict[str, list[Pair]]:
-    """All problems ``a+b`` with ``a < 10**digits[0]`` and ``b < 10**digits[1]``, split into
-    ``hard`` (held out: a carry in every column where both numbers have a digit), ``test`` (held
-    out, random) and ``train`` (the rest); disjoint. ``{"train": [("12+7", "19"), ...], ...}``.
-    ``pad`` and ``reverse``: the format of :func:`format_addition` (judge reversed answers with
-    ``digit_verifier(..., reverse=True)``); the same problems land in the same splits."""
-    if (not isinstance(digits, (tuple, list)) or len(digits) != 2
-            or any(isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= 3 for d in digits)):
-        raise ValueError(f"digits={digits!r} must be two integers in 1..3 (digits of a and of b)")
-    _check_bool(pad=pad, reverse=reverse)
-    every = [(a, b) for a in range(10**digits[0]) for b in range(10**digits[1])]
-    random.Random(seed).shuffle(every)
-    hard = [p for p in every if carries(*p) >= min(digits)][:n_hard]
-    taken = set(hard)
-    test = [p for p in every if p not in taken][:n_test]
-    taken |= set(test)
-    if len(taken) > len(every) // 2:
-        raise ValueError(f"n_test={n_test} and n_hard={n_hard} leave too few of the {len(every)} problems to train on")
-    fmt = lambda ps: [format_addition(a, b, tuple(digits), pad, reverse) for a, b in ps]  # noqa: E731
-    return {"train": fmt(p for p in every if p not in taken), "test": fmt(test), "hard": fmt(hard)}
-
-
-def web_corpus(problems: Sequence[Pair], wrong: float = 0.25, other_formats: float = 0.25, seed: int = 0) -> str:
-    """Text that looks like the web: mostly ``12+34=46`` lines, a share of wrong answers, other
-    phrasings (``12 plus 34 is 46``, ``46=12+34``). A model trained on it continues text; nothing
-    in it is a question followed by an answer."""
-    rng = random.Random(seed)
-    lines = []
-    for q, ans in problems:
-        a, b = q.split("+")
-        if rng.random() < wrong:
-            ans = str(max(0, int(ans) + rng.choice((-10, -1, 1, 10))))
-        r = rng.random()
-        lines.append(f"{a} plus {b} is {ans}" if r < other_formats / 2 else
-                     f"{ans}={q}" if r < other_formats else f"{q}={ans}")
-    return "\n".join(lines) + "\n"
-
-
-def digit_verifier(question: str, answer: Optional[str], reverse: bool = False) -> float:
-    """1.0 if ``answer`` is exactly the sum asked by ``question`` (``"12+34"``, operands may be
-    zero-padded: ``"07+8"``), written least-significant digit first if ``reverse`` (``"56"`` for
-    ``"57+8"``), else 0.0. Pass it as a reward function with ``functools.partial(digit_verifier,
-    reverse=True)``."""
-    _check_bool(reverse=reverse)
-    a, b = question.split("+")
-    total = str(int(a) + int(b))
-    return float(answer is not None and answer == (total[::-1] if reverse else total))
-
-
-# --- the chat template and SFT batches ----------------------------------------------------------
-
-class ChatTemplate:
-    """``user question assistant answer end``, each marker one reserved token of ``tokenizer``."""
-
-    def __init__(self, tokenizer, user: str = USER, assistant: str = ASSISTANT, end: str = END) -> None:
-        self.tokenizer = tokenizer
-        ids = {}
-        unk = getattr(tokenizer, "UNK", None)
-        for name, symbol in (("user", user), ("assistant", assistant), ("end", end)):
-            got = tokenizer.encode(symbol) if isinstance(symbol, str) else []
-            if len(got) != 1 or got[0] == unk:
-                raise ValueError(f"{name}={symbol!r} is not one token of the tokenizer: build it with "
-                                 f"the template's reserved symbols, e.g. CharacterTokenizer(chars + "
-                                 f"{(user + assistant + end)!r})")
-            ids[name] = got[0]
-        if len(set(ids.values())) != 3:
-            raise ValueError(f"user, assistant and end must be three different tokens, got {ids}")
-        self.symbols = (user, assistant, end)
-        self.user_id, self.assistant_id, self.end_id = ids["user"], ids["assistant"], ids["end"]
-
-    def _text(self, name: str, text: str) -> list[int]:
-        if not isinstance(text, str):
-            raise TypeError(f"{name} must be a str, got {type(text).__name__}")
-        bad = [s for s in self.symbols if s in text]
-        if bad:  # a user who types the markers could end the turn and speak as the assistant
-            raise ValueError(f"{name}={text!r} contains the reserved symbol(s) {bad} of the chat template")
-        return self.tokenizer.encode(text)
-
-    def prompt(self, question: str) -> list[int]:
-        """The ids the model is given: ``user question assistant``."""
-        return [self.user_id, *self._text("question", question), self.assistant_id]
-
-    def example(self, question: str, answer: str) -> tuple[list[int], int]:
-        """A full SFT example and the length of its prompt part."""
-        p = self.prompt(question)
-        return p + self._text("answer", answer) + [self.end_id], len(p)
-
-    def answer(self, completion: Sequence[int]) -> Optional[str]:
-        """The text before the end token, or None if the completion never ended."""
-        completion = list(completion)
-        if self.end_id not in completion:
-            return None
-        return self.tokenizer.decode(completion[:completion.index(self.end_id)])
-
-
-def add_reserved_tokens(model: nn.Module, tokenizer, symbols: Sequence[str] = (USER, ASSISTANT, END)):
-    """A copy of ``model`` and a :class:`~fundamentallm.tokenizers.CharacterTokenizer` that also
-    hold ``symbols``: new embedding rows (initialised like the others), the old rows moved to their
-    characters' new ids (the vocabulary is sorted, so ids shift). What adding special tokens to a
-    pretrained model means: the new rows are untrained until fine-tuning."""
-    from .config import TransformerConfig
-    from .model import Transformer
-    from .tokenizers import CharacterTokenizer
-
-    if not isinstance(tokenizer, CharacterTokenizer):
-        raise TypeError(f"tokenizer must be a CharacterTokenizer to add reserved symbols, got {type(tokenizer).__name__}")
-    new_tok = CharacterTokenizer([*tokenizer.itos[2:], *symbols])
-    config = TransformerConfig.from_dict({**model.config.to_dict(),
-                                          "vocab_size": max(model.config.vocab_size, new_tok.vocab_size)})
-    new = Transformer(config).to(_device(model))
-    state = {k: v for k, v in model.state_dict().items() if k not in ("token_embedding.weight", "lm_head.weight")}
-    new.load_state_dict(state, strict=False)
-    with torch.no_grad():
-        old_ids = list(range(len(tokenizer.itos)))
-        new_ids = [i if i < 2 else new_tok.stoi[c] for i, c in enumerate(tokenizer.itos)]
-        new.token_embedding.weight[new_ids] = model.token_embedding.weight[old_ids]
-        if not config.tie_weights:
-            new.lm_head.weight[new_ids] = model.lm_head.weight[old_ids]
-    return new, new_tok
-
-
-def pack(sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], pad_id: int = 0,
-         mask_prompt: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad ``sequences`` to ``(B, L)`` ids and return ``(ids, loss_mask (B, L-1))`` where
-    ``loss_mask[b, t]`` is 1 if the token ``ids[b, t+1]`` is trained on: the completion's tokens
-    (after ``prompt_lengths[b]``), or every real token with ``mask_prompt=False``. Padding is
-    always masked; it sits after the real tokens, so causal attention never lets it change them."""
-    L = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), L), pad_id, dtype=torch.long)
-    mask = torch.zeros(len(sequences), L - 1)
-    for b, (s, p) in enumerate(zip(sequences, prompt_lengths)):
-        ids[b, :len(s)] = torch.tensor(s)
-        mask[b, (p - 1 if mask_prompt else 0):len(s) - 1] = 1.0
-    return ids, mask
-
-
-def sft_batch(template: ChatTemplate, pairs: Sequence[Pair], mask_prompt: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input_ids, targets)``, both ``(B, L)``: targets are the next tokens where they are
-    trained on, -100 elsewhere, so ``model(input_ids, targets)`` returns the masked SFT loss."""
-    examples = [template.example(q, a) for q, a in pairs]
-    ids, mask = pack([e for e, _ in examples], [p for _, p in examples], mask_prompt=mask_prompt)
-    targets = torch.full_like(ids, -100)
-    targets[:, :-1] = torch.where(mask.bool(), ids[:, 1:], -100)
-    return ids, targets
-
+from .tasks import (  # noqa: F401
+    Pair,
+    _check_bool,
+    addition_splits,
+    carries,
+    digit_verifier,
+    format_addition,
+    web_corpus,
+)
 
 # --- sampling and log-probabilities ---------------------------------------------------------------
 
@@ -246,10 +77,6 @@ def sample_completions(model: nn.Module, prompts: Sequence[Sequence[int]], num_s
         for r, row in zip(rows, new.tolist()):
             out[r] = row[:row.index(end_id) + 1] if end_id in row else row
     return out
-
-
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
 
 
 def token_logprobs(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ Apple's MPS, then the CPU. Chapters and ``TrainConfig(device="auto")`` go throug
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import random
 from collections.abc import Iterator
@@ -86,22 +87,30 @@ def get_device(device: Optional[Union[str, torch.device]] = "auto") -> torch.dev
         raise ValueError(f"{source} is not a valid device name: {e}") from None
 
 
+# the models whose inputs' values the caller has checked, in this context (see inputs_checked)
+_VALUES_CHECKED: contextvars.ContextVar[frozenset] = contextvars.ContextVar("fundamentallm_values_checked",
+                                                                              default=frozenset())
+
+
 @contextlib.contextmanager
 def inputs_checked(model: torch.nn.Module) -> Iterator[None]:
-    """Within the block, ``model`` (and every submodule with a ``check_inputs`` switch) skips the
-    checks that read its inputs' values on the host: for a caller that checked its data once
-    already, as the Trainer does when it receives data and ``generate`` does with the prompt.
-    Type and shape checks stay; the switches are restored on exit."""
-    switched = [m for m in model.modules() if getattr(m, "check_inputs", False) is True]
-    for m in switched:
-        m.check_inputs = False
+    """Within the block, ``model`` (and every model inside it, such as the one a wrapper holds)
+    skips the checks that read its inputs' values on the host: for a caller that checked its
+    data once already, as the Trainer does when it receives data and ``generate`` does with the
+    prompt. Type and shape checks stay. Nothing is changed on the model: the block marks it in
+    this context only (a ``contextvars`` variable, so another thread is not affected)."""
+    ids = {id(m) for m in model.modules() if hasattr(m, "check_values")} | {id(model)}
+    token = _VALUES_CHECKED.set(_VALUES_CHECKED.get() | ids)
     try:
         yield
     finally:
-        for m in switched:
-            vars(m).pop("check_inputs", None)  # back to the class's default (True)
-            if getattr(m, "check_inputs", True) is not True:
-                m.check_inputs = True
+        _VALUES_CHECKED.reset(token)
+
+
+def values_checked(model: torch.nn.Module) -> bool:
+    """Whether this context runs ``model`` inside :func:`inputs_checked` (its door then skips
+    the value read)."""
+    return id(model) in _VALUES_CHECKED.get()
 
 
 @contextlib.contextmanager

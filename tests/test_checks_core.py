@@ -309,13 +309,32 @@ def test_rng_is_fixed_in_a_notebook_and_fresh_when_grading():
 
     a, b = torch.randn(3, generator=checks.rng(1)), torch.randn(3, generator=checks.rng(1))
     assert torch.equal(a, b)
+    generator = torch.Generator
     with grading_seed(12345):
         c = torch.randn(3, generator=checks.rng(1))
-        d = torch.randn(3, generator=torch.Generator().manual_seed(1))  # the checks' older spelling
+        d = torch.randn(3, generator=torch.Generator().manual_seed(1))  # a generator seeded by hand
+        assert torch.Generator is generator  # nothing is replaced for the process
     with grading_seed(12345):
         e = torch.randn(3, generator=checks.rng(1))
-    assert not torch.equal(a, c) and torch.equal(c, e) and not torch.equal(d, a)
-    assert torch.equal(torch.randn(3, generator=torch.Generator().manual_seed(1)), a)  # restored
+    assert not torch.equal(a, c) and torch.equal(c, e) and torch.equal(d, a)
+    assert torch.equal(torch.randn(3, generator=checks.rng(1)), a)  # restored
+
+
+def test_the_checks_draw_their_inputs_from_rng_only():
+    """Every ``torch.Generator().manual_seed`` in the checks' own code (not in a wrong answer's
+    source, which is the student's) goes through ``core.rng``: the grader's seed reaches it."""
+    import io
+    import tokenize
+    from pathlib import Path
+
+    folder = Path(checks.__file__).parent
+    found = []
+    for path in sorted(folder.glob("ch*.py")):
+        tokens = list(tokenize.generate_tokens(io.StringIO(path.read_text()).readline))
+        for tok, after in zip(tokens, tokens[1:]):
+            if tok.type == tokenize.NAME and tok.string == "Generator" and after.string == "(":
+                found.append(f"{path.name}:{tok.start[0]}")
+    assert found == [], found
 
 
 def test_a_forbidden_package_that_is_not_imported_yet_is_forbidden_without_importing_it():

@@ -268,7 +268,7 @@ def test_appendix_pages_are_not_in_the_edition(tmp_path):
 
 
 def test_config_lists_the_extension():
-    assert "fundamentallm.course.colab" in (ROOT / "_config.yml").read_text()
+    assert "fundamentallm.course.book_build" in (ROOT / "_config.yml").read_text()
 
 
 def test_a_generated_notebook_executes(rendered, tmp_path):

@@ -239,12 +239,11 @@ def test_the_book_drops_widget_views_and_state():
 
     import yaml
 
-    from fundamentallm import interactive
 
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "_config.yml").read_text())["sphinx"]
     assert ["html", "application/vnd.jupyter.widget-view+json", None] in \
         config["config"]["nb_mime_priority_overrides"]
-    assert "fundamentallm.interactive" in config["config"]["extensions"]
+    assert "fundamentallm.course.book_build" in config["config"]["extensions"]
     assert config["config"]["nb_ipywidgets_js"] == {}  # no widget JavaScript from a CDN
 
     class App:
@@ -257,10 +256,10 @@ def test_the_book_drops_widget_views_and_state():
         def connect(self, event, handler):
             self.event, self.handler = event, handler
 
+    from fundamentallm.course import book_build
+
     app = App()
-    assert interactive.setup(app)["parallel_read_safe"]
-    assert app.event == "doctree-read"
-    app.handler(app, None)
+    book_build.drop_widget_state(app, None)
     assert app.env.nb_metadata[app.env.docname]["js_files"] == {"other": ("x.js", {})}
 
 

@@ -305,7 +305,7 @@ package = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["fundament
 for target in (package, "/", "/usr", "/opt/fundamentallm"):
     libc.mount(b"none", target.encode(), None, 32 | 4096, None)  # MS_REMOUNT | MS_BIND, read-write
     libc.mount(b"none", target.encode(), None, 32, None)
-for rel in ("course/_worker.py", "checks/core.py", "course/grading.py"):
+for rel in ("course/grader/_worker.py", "checks/core.py", "course/grader/grading.py"):
     try:
         with open(os.path.join(package, rel), "a") as f:
             f.write("\\nraise SystemExit('pwned')\\n")
@@ -679,6 +679,28 @@ def test_the_wire_round_trips_data_and_refuses_the_rest():
         wire.encode(deep)
 
 
+def test_a_configuration_crosses_the_wire_as_a_record_and_a_state_dict_as_a_dict():
+    """A dataclass (a TransformerConfig) crosses as its fields and arrives as a SimpleNamespace,
+    which has no behaviour; an OrderedDict (a state dict) arrives as a dict; a field that is
+    not data is refused, and a record with a private or non-identifier field name is refused."""
+    import collections
+    import types
+
+    from fundamentallm.config import TransformerConfig
+
+    config = TransformerConfig(vocab_size=20, d_model=16, num_heads=2, num_layers=1, max_seq_len=8)
+    state = collections.OrderedDict(w=torch.ones(2))
+    obj, buffers = wire.encode([config, state])
+    got, back = wire.decode(json.loads(json.dumps(obj)), buffers, lambda h: h)
+    assert type(got) is types.SimpleNamespace and got.num_heads == 2 and got.max_seq_len == 8
+    assert type(back) is dict and torch.equal(back["w"], torch.ones(2))
+    with pytest.raises(wire.WireError, match="not data"):
+        wire.encode(types.SimpleNamespace(f=object()))
+    for bad in ({"$r": [["__class__", 1]]}, {"$r": [["a b", 1]]}, {"$r": [[1, 1]]}, {"$r": [["x"]]}):
+        with pytest.raises(wire.WireError):
+            wire.decode(bad, [], lambda h: h)
+
+
 @pytest.mark.parametrize("code, forbidden, hit, review", [
     ("from operator import methodcaller as m\n", ("torch.softmax",), None, "import of methodcaller"),
     ("import typing\nh = typing.get_type_hints(f)\n", ("torch.softmax",), None, "get_type_hints"),
@@ -807,7 +829,7 @@ fork = refused(os.fork)
 spawn = refused(lambda: os.posix_spawn("/bin/true", ["/bin/true"], {}))
 libc = ctypes.CDLL(None, use_errno=True)
 remount = libc.mount(b"none", b"/opt/fundamentallm/fundamentallm", None, 32 | 4096, None)
-write_package = refused(lambda: open("/opt/fundamentallm/fundamentallm/course/_worker.py", "a"))
+write_package = refused(lambda: open("/opt/fundamentallm/fundamentallm/course/grader/_worker.py", "a"))
 write_root = refused(lambda: open("/pwned", "w"))
 write_dev = refused(lambda: open("/dev/pwned", "w"))
 checks_seen = sorted(os.listdir("/opt/fundamentallm/fundamentallm/checks"))
@@ -1069,10 +1091,12 @@ def test_the_grader_reads_an_answer_in_place_and_refuses_one_too_large():
         os.close(w)
 
 
-# Checks that hand the student's function an object (a config, a model, a function), which the
-# grader's wire does not carry: an honest answer is "needs review", never a mark (issue 39, item 3:
-# checks that hand students data only). Nothing else may fail for an honest student.
-OBJECT_CHECKS = {"ch13-ex6", "ch13-ex7", "ch14-ex4"}
+# Checks that hand the student's function an object (a model, functions closing over modules),
+# which the grader's wire does not carry: an honest answer is "needs review", never a mark (issue
+# 39, item 3: checks that hand students data only; book/CONTRIBUTING.md). ch13-ex6 hands its
+# configuration as a record and reads the returned model through its stand-in, so it grades.
+# Nothing else may fail for an honest student.
+OBJECT_CHECKS = {"ch13-ex7", "ch14-ex4"}
 
 
 def test_the_grader_gives_the_books_own_answers_full_marks_in_every_chapter():
@@ -1088,3 +1112,16 @@ def test_the_grader_gives_the_books_own_answers_full_marks_in_every_chapter():
     unexpected = [f for f in result["false_failures"]
                   if not (f.split(":")[0] in OBJECT_CHECKS and "the grader cannot run this check" in f)]
     assert unexpected == [], unexpected
+
+
+def test_the_grader_gives_the_student_editions_stubs_zero_in_every_chapter():
+    """benchmarks/grading.py --stubs: one student hands in every chapter's student edition
+    unanswered, graded through the sandboxed worker; no exercise scores."""
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "grading.py"), "--students", "1", "--jobs", "1",
+                           "--timeout", "120", "--stubs"], capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["students"] == 1 and result["exercises"] >= 80 and result["stubs"] is True
+    assert result["false_passes"] == [], result["false_passes"]

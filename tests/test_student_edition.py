@@ -57,7 +57,7 @@ def test_config_with_repository_points_there():
     assert config["repository"]["url"] == url
     # Colab opens the edition's colab/ (rendered); Binder would open the MyST sources raw
     assert config["launch_buttons"] == {k: v for k, v in BOOK_CONFIG["launch_buttons"].items() if k != "binderhub_url"}
-    assert config["launch_buttons"]["colab_url"] and "fundamentallm.course.colab" in str(config["sphinx"])
+    assert config["launch_buttons"]["colab_url"] and "fundamentallm.course.book_build" in str(config["sphinx"])
     with pytest.raises(ValueError, match="repository"):
         student_config(BOOK_CONFIG, repository="not a url")
 
@@ -172,7 +172,7 @@ def test_the_colab_button_opens_a_file_the_edition_holds(edition):
     Colab extension rewrites it, opens colab/NN_name.ipynb of the student repository: a file the
     edition contains (the Jupyter edition, not the MyST source)."""
     config = yaml.safe_load((edition / "_config.yml").read_text())
-    assert "fundamentallm.course.colab" in config["sphinx"]["config"]["extensions"]
+    assert "fundamentallm.course.book_build" in config["sphinx"]["config"]["extensions"]
     repo, branch = config["repository"]["url"].removeprefix("https://github.com/"), config["repository"].get("branch", "main")
     for name in toc_files(edition):
         if not re.fullmatch(r"\d\d_\w+", Path(name).name):

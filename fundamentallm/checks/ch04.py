@@ -23,7 +23,7 @@ from .wrong import wrong_answer
 def check_rotate_half(rotate_half: Callable) -> str:
     """``rotate_half(x)``: ``(x1, x2) -> (-x2, x1)`` on the two halves of the last dimension;
     ``ValueError`` for an odd last dimension."""
-    g = torch.Generator().manual_seed(8)
+    g = rng(8)
     x = torch.arange(1.0, 7.0)
     out = rotate_half(x.clone())
     assert_same(out, torch.tensor([-4.0, -5.0, -6.0, 1.0, 2.0, 3.0]),
@@ -52,7 +52,7 @@ def check_alibi_mean_distance(alibi_mean_distance: Callable) -> str:
     """``alibi_mean_distance(num_heads, T)`` -> ``(H,)``: for the last query (position ``T - 1``)
     of a causal model with equal raw scores, the expected distance ``i - j`` under each head's
     ALiBi-biased attention weights (slopes ``m_h = 2^(-8(h+1)/H)``)."""
-    g = torch.Generator().manual_seed(45)
+    g = rng(45)
     cases = [(8, 1), (8, 5), (4, 64), (1, 3), (8, 2048), (12, 300)]
     cases += [(int(torch.randint(1, 17, (1,), generator=g)), int(torch.randint(2, 600, (1,), generator=g)))
               for _ in range(2)]
@@ -121,7 +121,7 @@ def _rope_rotation(position: float, D: int, base: float) -> torch.Tensor:
 def check_rope_score_matrix(rope_score_matrix: Callable) -> str:
     """``rope_score_matrix(offset, D, base=10000.0)`` -> the ``(D, D)`` matrix ``M`` with
     ``rope(q, m) . rope(k, n) = q @ M @ k`` whenever ``m - n = offset`` (half convention)."""
-    g = torch.Generator().manual_seed(44)
+    g = rng(44)
     cases = [(0, 4, 10000.0), (3, 8, 10000.0), (-5, 6, 100.0), (17, 16, 10000.0)]
     for offset, D, base in cases:
         M = rope_score_matrix(offset, D, base)
@@ -231,7 +231,7 @@ def check_interleaved_to_half(interleaved_to_half: Callable, seed: int = 0) -> s
     scores: half-RoPE on the converted projection must equal interleaved RoPE on the original."""
     from ..positions import RotaryEmbedding
 
-    g = torch.Generator().manual_seed(seed)
+    g = rng(seed)
     cases = [(1, 2, 3), (2, 8, 5), (4, 4, 16), (3, 6, 1)]  # (num_heads, D, C)
     for H, D, C in cases:
         weight = torch.randn(H * D, C, generator=g, dtype=torch.float64)

@@ -13,12 +13,13 @@ from .core import (
     assert_same,
     check_shape,
     exercise_check,
+    rng,
 )
 from .wrong import wrong_answer
 
 
 def _ch05_rng(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(500 + seed)
+    return rng(500 + seed)
 
 
 def _ch05_norm_cases(seed: int) -> list[tuple[str, torch.Tensor, float]]:
@@ -92,7 +93,7 @@ def check_dropout_covariance(dropout_covariance: Callable) -> str:
     covariance and with a Monte-Carlo estimate, for up to n = 40 inputs (2^40 masks)."""
     cases = [(3, 5, 0.5, 0), (4, 2, 0.1, 1), (2, 6, 0.9, 2), (3, 3, 0.0, 3), (3, 40, 0.3, 4)]  # (m, n, p, seed)
     for m, n, p, seed in cases:
-        g = torch.Generator().manual_seed(560 + seed)
+        g = rng(560 + seed)
         W = torch.randn(m, n, generator=g, dtype=torch.float64)
         x = torch.randn(n, generator=g, dtype=torch.float64)
         got = _as_tensor(dropout_covariance(W.clone(), x.clone(), p)).double()
@@ -240,7 +241,7 @@ def check_group_norm(group_norm: Callable) -> str:
 def _ch05_stream_std(num_layers: int, scale: float, d: int = 64, seed: int = 0) -> float:
     """Std of the stream after ``num_layers`` pre-LN ReLU MLP blocks (He initialization), each
     branch multiplied by ``scale``: h <- h + scale * W2 relu(W1 LN(h))."""
-    g = torch.Generator().manual_seed(seed)
+    g = rng(seed)
     h = torch.randn(256, d, generator=g)
     for _ in range(num_layers):
         W1 = torch.randn(4 * d, d, generator=g) * (2 / d) ** 0.5

@@ -14,6 +14,7 @@ from .core import (
     exercise_check,
     finite_number,
     is_close_number,
+    rng,
 )
 from .wrong import wrong_answer
 
@@ -45,7 +46,7 @@ def _ch06_check_block(student_fn: Callable, norm_position: str) -> str:
     for seed, (norm, shape, heads) in enumerate(cases):
         block, config = _ch06_block(norm_position, norm, seed, d_model=shape[-1], num_heads=heads)
         weights = _ch06_weights(attn=block.attn, ff=block.ff, norm1=block.norm1, norm2=block.norm2)
-        x = torch.randn(shape, generator=torch.Generator().manual_seed(610 + seed))
+        x = torch.randn(shape, generator=rng(610 + seed))
         with torch.no_grad():
             expected = block(x)
             got = student_fn(x.clone(), dict(config), weights)
@@ -73,7 +74,7 @@ def check_rms_norm_jacobian(rms_norm_jacobian: Callable) -> str:
     finite difference is refused, and so is complex arithmetic: ``by_hand``)."""
     cases = [(8, 0, 1.0, 1e-5), (5, 1, 10.0, 1e-5), (16, 2, 0.01, 1e-5), (3, 3, 1.0, 1e-5), (6, 4, 0.3, 0.5)]
     for C, seed, scale, eps in cases:  # (C, seed, scale of z, eps): a small scale and a large eps
-        g = torch.Generator().manual_seed(660 + seed)
+        g = rng(660 + seed)
         z = (torch.randn(C, generator=g, dtype=torch.float64) + 0.5) * scale  # (C,), non-zero mean
         weight = 1 + 0.5 * torch.randn(C, generator=g, dtype=torch.float64)  # (C,)
         zr = z.clone().requires_grad_(True)
@@ -113,7 +114,7 @@ def check_sandwich_block(sandwich_block: Callable) -> str:
     for seed, (norm, shape, heads) in enumerate(cases):
         block, config = _ch06_block("pre", norm, 10 + seed, d_model=shape[-1], num_heads=heads)
         extra = [make_norm(norm, shape[-1]) for _ in range(2)]
-        g = torch.Generator().manual_seed(660 + seed)
+        g = rng(660 + seed)
         with torch.no_grad():
             for n in extra:
                 for name, p in n.named_parameters():
@@ -214,7 +215,7 @@ def check_deepnorm_block(deepnorm_block: Callable) -> str:
     for seed, (norm, shape, heads, alpha) in enumerate(cases):
         block, config = _ch06_block("post", norm, 20 + seed, d_model=shape[-1], num_heads=heads)
         weights = _ch06_weights(attn=block.attn, ff=block.ff, norm1=block.norm1, norm2=block.norm2)
-        x = torch.randn(shape, generator=torch.Generator().manual_seed(680 + seed))
+        x = torch.randn(shape, generator=rng(680 + seed))
         with torch.no_grad():
             h = block.norm1(alpha * x + block.attn(x))
             expected = block.norm2(alpha * h + block.ff(h))

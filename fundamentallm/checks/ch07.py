@@ -7,11 +7,11 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .core import CheckFailed, _as_tensor, assert_same, check_shape, exercise_check
+from .core import CheckFailed, _as_tensor, assert_same, check_shape, exercise_check, rng
 
 
 def _ch07_rng(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(700 + seed)
+    return rng(700 + seed)
 
 
 _CH07_GRAD_NAMES = ("x", "w_up", "b_up", "w_down", "b_down")
@@ -160,7 +160,7 @@ def _ch07_measured_resources(cfg: dict, batch_size: int, seq_len: int) -> tuple[
 
     torch.manual_seed(70)
     model = Transformer(TransformerConfig(**cfg, attn_impl="explicit"))
-    ids = torch.randint(0, cfg["vocab_size"], (batch_size, seq_len), generator=torch.Generator().manual_seed(71))
+    ids = torch.randint(0, cfg["vocab_size"], (batch_size, seq_len), generator=rng(71))
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(ids)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -245,7 +245,7 @@ def check_parallel_block(parallel_block: Callable) -> str:
     for seed, (norm, shape, heads) in enumerate(cases):
         block, config = _ch06_block("pre", norm, 40 + seed, d_model=shape[-1], num_heads=heads)
         weights = _ch06_weights(attn=block.attn, ff=block.ff, norm=block.norm1)
-        x = torch.randn(shape, generator=torch.Generator().manual_seed(740 + seed))
+        x = torch.randn(shape, generator=rng(740 + seed))
         with torch.no_grad():
             n = block.norm1(x)
             expected = x + block.attn(n) + block.ff(n)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..tokenizers import _merge  # the package's pair replacement is the reference
-from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
 from .predict import int_list, require_prediction
 
 
@@ -69,7 +69,7 @@ def check_make_windows(make_windows: Callable) -> str:
     """``make_windows(ids, block_size, stride)`` -> ``(x, y)``, each ``(N, block_size)``: the windows
     that start at ``0, stride, 2 stride, ...`` and still have a target, ``x`` row ``i`` =
     ``ids[s:s+T]``, ``y`` row ``i`` = ``ids[s+1:s+T+1]`` with ``s = i * stride``."""
-    g = torch.Generator().manual_seed(802)
+    g = rng(802)
     n_random = int(torch.randint(60, 140, (1,), generator=g))
     cases = [
         ("ids 0..9 with block_size=3, stride=1", torch.arange(10), 3, 1),

@@ -8,12 +8,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
 from .predict import number, require_prediction
 
 
 def _ch09_logits_cases(seed: int) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    g = torch.Generator().manual_seed(seed)
+    g = rng(seed)
     big = torch.tensor([[1e4, 0.0, -1e4], [-1e4, -1e4, 1e4], [500.0, 500.0, 499.0]])
     return [
         ("(8, 5) logits", torch.randn(8, 5, generator=g), torch.randint(5, (8,), generator=g)),
@@ -51,7 +51,7 @@ def check_cross_entropy_grad(cross_entropy_grad: Callable) -> str:
     mean cross-entropy over the targets that are not ``ignore_index``, by the formula (no autograd);
     compared with autograd through ``F.cross_entropy``."""
     cases = [(name, z, y, {}) for name, z, y in _ch09_logits_cases(900)]
-    g = torch.Generator().manual_seed(901)
+    g = rng(901)
     z, y = torch.randn(10, 6, generator=g, dtype=torch.float64), torch.randint(6, (10,), generator=g)
     y[[1, 4, 5]] = -100
     cases.append(("targets holding -100 (padding: left out of the mean)", z, y, {}))
@@ -108,7 +108,7 @@ def _ch09_smoothing_floor(V: int, eps: float) -> float:
 def check_smoothed_loss_floor(smoothed_loss_floor: Callable) -> str:
     """``smoothed_loss_floor(V, eps)`` -> the smallest value of the label-smoothed loss of one
     position over all logits (the entropy of the smoothed target), derived, not minimised."""
-    g = torch.Generator().manual_seed(920)
+    g = rng(920)
     cases = [(2, 0.1), (10, 0.0), (10, 1.0), (65, 0.1), (2, 0.5)]
     cases += [(int(torch.randint(3, 300, (1,), generator=g)), float(torch.rand(1, generator=g)) * 0.4 + 0.01)
               for _ in range(4)]
@@ -146,7 +146,7 @@ def check_fit_power_law(fit_power_law: Callable) -> str:
     """``fit_power_law(sizes, losses)`` -> ``(a, alpha)`` of ``loss ~ a * size ** -alpha``, fitted by
     least squares on ``log loss = log a - alpha log size`` (a straight line in log-log axes), with the
     line written by hand (no fitting routine); compared with ``np.polyfit``."""
-    g = torch.Generator().manual_seed(900)
+    g = rng(900)
     a0, alpha0 = 5.0 + 20.0 * float(torch.rand(1, generator=g)), 0.05 + 0.4 * float(torch.rand(1, generator=g))
     cases = [("an exact power law", np.array([1e3, 1e4, 1e5, 1e6]), None, (a0, alpha0)),
              ("an exact power law, floats in a list", [2e4, 5e4, 1.5e5], None, (8.0, 0.3))]

@@ -7,13 +7,13 @@ from typing import Any, Callable
 
 import torch
 
-from .core import CheckFailed, check_shape, exercise_check
+from .core import CheckFailed, check_shape, exercise_check, rng
 from .predict import number, require_prediction
 from .wrong import wrong_answer
 
 
 def _ch10_rng(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(1000 + seed)
+    return rng(1000 + seed)
 
 
 def _ch10_filtered(got: Any, logits: torch.Tensor, what: str) -> torch.Tensor:

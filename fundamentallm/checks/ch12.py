@@ -20,7 +20,7 @@ from .wrong import wrong_answer
 
 
 def _ch12_rng(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(1200 + seed)
+    return rng(1200 + seed)
 
 
 _CH12_OPS = ("First", "Second", "Last", "Max", "Min")

@@ -7,12 +7,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .core import CheckFailed, check_shape, exercise_check
+from .core import CheckFailed, check_shape, exercise_check, rng
 from .predict import int_list, require_prediction
 
 
 def _ch13_rng(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(1300 + seed)
+    return rng(1300 + seed)
 
 
 @exercise_check
@@ -302,10 +302,12 @@ def check_fixed_model(fixed_model: Callable) -> str:
             torch.manual_seed(int(torch.randint(0, 2 ** 31 - 1, (1,), generator=_ch13_rng(10 + n))))
             reference = Transformer(config).eval()
             fixed = fixed_model(config)
-        if not isinstance(fixed, nn.Module):
+        # through the grader the model stays in the worker: a stand-in that answers calls with data
+        remote = getattr(type(fixed), "_student_proxy", False)
+        if not remote and not isinstance(fixed, nn.Module):
             raise CheckFailed(f"fixed_model(config) must return the model (an nn.Module), got "
                               f"{type(fixed).__name__}")
-        if isinstance(fixed, Transformer):
+        if not remote and isinstance(fixed, Transformer):  # through the grader: a forbidden forward
             raise CheckFailed("fixed_model must return the colleague's model, fixed, not fundamentallm's Transformer")
         fixed.eval()
         # trained-looking weights: away from the small initialisation, where every output is small
@@ -314,7 +316,11 @@ def check_fixed_model(fixed_model: Callable) -> str:
         reference, fixed = reference.double(), fixed.double()
         reference.load_state_dict(state)
         shapes = {k: tuple(v.shape) for k, v in reference.state_dict().items()}
-        mine = {k: tuple(v.shape) for k, v in fixed.state_dict().items()}
+        yours = fixed.state_dict()
+        if not isinstance(yours, dict):
+            raise CheckFailed(f"fixed_model(config) must return the model (an nn.Module): its "
+                              f"state_dict() gave a {type(yours).__name__}")
+        mine = {k: tuple(v.shape) for k, v in yours.items()}
         if mine != shapes:
             extra = sorted(set(mine) ^ set(shapes)) or [k for k in mine if mine[k] != shapes[k]]
             raise CheckFailed(f"your model's parameters differ from the colleague's ({extra[:3]}): a fix "
@@ -343,7 +349,7 @@ def _ch13_reference_train(model, data, steps, lr, seed, batch, block):
     from ..data import get_batch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    g = torch.Generator().manual_seed(seed)
+    g = rng(seed)
     losses, norms = [], []
     for _ in range(steps):
         x, y = get_batch(data, batch, block, generator=g)

@@ -6,13 +6,13 @@ from typing import Any, Callable
 
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check
+from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
 from .predict import int_list, number, require_prediction
 from .wrong import wrong_answer
 
 
 def _ch14_rng(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(1400 + seed)
+    return rng(1400 + seed)
 
 
 @exercise_check(forbidden=("torch.repeat_interleave", "numpy.repeat", "numpy.ndarray.repeat"))

@@ -6,7 +6,7 @@ from typing import Callable
 
 import torch
 
-from .core import CheckFailed, check_shape, exercise_check
+from .core import CheckFailed, check_shape, exercise_check, rng
 from .wrong import wrong_answer
 
 # Gradients worked out on paper: autograd in any form is forbidden -- reverse mode
@@ -38,7 +38,7 @@ _CLIP_OBJECTIVE_PARTS = ("torch.min", "torch.minimum", "torch.max", "torch.maxim
                          "torch.nextafter", "numpy.nextafter", "numpy.spacing", "math.nextafter", "math.ulp")
 
 def _ch15_rng(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(1500 + seed)
+    return rng(1500 + seed)
 
 
 def _ch15_chat_rows(gen: torch.Generator, A: int, E: int, U: int) -> list[list[int]]:

@@ -31,6 +31,7 @@ import os
 import site
 import sys
 import sysconfig
+import threading
 import types
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -124,18 +125,14 @@ def _mixed_seed(seed: int) -> int:
 
 @contextlib.contextmanager
 def grading_seed(seed: int):
-    """Within the block, :func:`rng` and every ``torch.Generator().manual_seed(k)`` in the checks
-    draw from ``k`` mixed with ``seed`` (and the global torch and NumPy generators restart from
-    ``seed``): the grader's fresh inputs. Process-wide; the grader alone uses it."""
+    """Within the block, :func:`rng` draws from its seed mixed with ``seed`` (the grader's fresh
+    inputs), and the global torch and NumPy generators restart from ``seed`` (restored after).
+    Every random input of a check comes from :func:`rng`; nothing else is replaced (a
+    ``torch.Generator`` seeded by hand, in a check's reference or in the library, draws as it
+    would anywhere). The grader alone uses it."""
     global _SEED_OFFSET
-    previous_offset, previous_generator = _SEED_OFFSET, torch.Generator
+    previous_offset = _SEED_OFFSET
     _SEED_OFFSET = int(seed) % (2 ** 62)
-
-    class _GradingGenerator(previous_generator):  # type: ignore[misc, valid-type]
-        def manual_seed(self, s):  # noqa: D102
-            return super().manual_seed(_mixed_seed(s))
-
-    torch.Generator = _GradingGenerator  # type: ignore[misc]
     state = torch.random.get_rng_state()
     np_state = np.random.get_state()
     torch.manual_seed(_SEED_OFFSET)
@@ -143,7 +140,6 @@ def grading_seed(seed: int):
     try:
         yield
     finally:
-        torch.Generator = previous_generator  # type: ignore[misc]
         _SEED_OFFSET = previous_offset
         torch.random.set_rng_state(state)
         np.random.set_state(np_state)
@@ -610,6 +606,22 @@ def _verdict(fn: Callable, forbidden: tuple[str, ...], pure: bool, may_return_no
             f"(if they look right, the check itself may have a bug -- please report it)") from None
 
 
+_PASSES = threading.local()  # this thread's list of pass messages, inside collect_passes()
+
+
+@contextlib.contextmanager
+def collect_passes():
+    """Within the block, every check that passes in this thread appends its message (the line it
+    prints) to the list this yields: the grader and :func:`fundamentallm.course.run_exercise` read
+    the message here, not from the printed output."""
+    previous = getattr(_PASSES, "found", None)
+    _PASSES.found = found = []
+    try:
+        yield found
+    finally:
+        _PASSES.found = previous
+
+
 def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidden: tuple[str, ...] = (),
                    pure: bool = True, may_return_none: bool = False, self_check: bool = False,
                    by_hand: bool = False) -> Any:
@@ -663,7 +675,11 @@ def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidd
                 raise
             print(f"\u2026 {e}")
             return None
-        print(f"\u2713 {fn.__name__} passed" + (f": {detail}" if detail else ""))
+        message = f"\u2713 {fn.__name__} passed" + (f": {detail}" if detail else "")
+        found = getattr(_PASSES, "found", None)
+        if found is not None:
+            found.append(message)
+        print(message)
         return None if in_ipython() else True
 
     wrapper.forbidden = forbidden  # type: ignore[attr-defined]

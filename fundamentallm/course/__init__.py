@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Optional
 
 # The names below are imported on first use (PEP 562): the grading worker imports
-# fundamentallm.course.wire without paying for nbformat and the rest of the instructor's tools.
+# fundamentallm.course.grader.wire without paying for nbformat and the rest of the instructor's tools.
 _EXPORTS = {
     "book": ["ANSWER_TAG", "CHECK_TAG", "SOLUTION_TAG", "STUB_TAG", "Chapter", "Exercise", "book_chapters",
              "exercise_label", "exercise_parts", "find_exercises", "make_stub", "run_exercise",
              "to_student_notebook", "toc_files"],
     "edition": ["student_config", "student_edition", "student_toc"],
-    "grading": ["DEFAULT_TIMEOUT_S", "Result", "csv_safe", "grade", "grade_student", "review_source",
+    "grader.grading": ["DEFAULT_TIMEOUT_S", "Result", "csv_safe", "grade", "grade_student", "review_source",
                 "submitted_code"],
     "nbgrader": ["nbgrader_export"],
 }
@@ -65,7 +65,7 @@ def _print_table(rows: list[dict], details: list) -> None:
 
 def main(argv: Optional[list[str]] = None) -> int:
     from .edition import student_edition
-    from .grading import DEFAULT_TIMEOUT_S, grade
+    from .grader.grading import DEFAULT_TIMEOUT_S, grade
     from .nbgrader import nbgrader_export
 
     parser = argparse.ArgumentParser(prog="python -m fundamentallm.course", description=__doc__.split("\n")[0])

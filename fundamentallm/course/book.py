@@ -258,18 +258,17 @@ def book_chapters(root: Optional[Path] = None) -> list[Chapter]:
 def run_exercise(ex: Exercise) -> tuple[bool, str]:
     """Execute the exercise's code and its check in a fresh namespace *in this process*:
     (passed, message). For the book's own solutions (tests); grading runs submissions in separate
-    processes (:mod:`fundamentallm.course.grading`)."""
+    processes (:mod:`fundamentallm.course.grader.grading`)."""
     from .. import checks
 
     namespace = {"checks": checks, "__name__": "__exercise__"}
-    buf = io.StringIO()
     try:
-        with redirect_stdout(buf):
+        with redirect_stdout(io.StringIO()), checks.core.collect_passes() as passes:
             exec(compile(ex.code, f"<{ex.label} code>", "exec"), namespace)
             exec(compile(ex.check, f"<{ex.label} check>", "exec"), namespace)
     except Exception as e:  # a wrong answer, a stub, or a crash: all count as not passed
         return False, f"{type(e).__name__}: {e}".splitlines()[0]
-    return True, buf.getvalue().strip().splitlines()[-1] if buf.getvalue().strip() else "passed"
+    return True, passes[-1] if passes else "passed"
 
 
 # --- The instructors' exercise table, generated from the exercises' own metadata ----------------

@@ -27,8 +27,8 @@ A notebook whose cells no longer match it was edited -- a student's answers, say
 command refuses to write over it (or to delete it) without ``--force``; students work in a copy
 (``work/``, which ``python3 start.py`` fills).
 
-As a Sphinx extension (listed in ``_config.yml``) it points each page's Colab button at the
-edition (``colab/NN_name.ipynb``) instead of the MyST source.
+Its :func:`_colab_button`, a hook of the book's Sphinx extension (:mod:`.book_build`), points
+each page's Colab button at the edition (``colab/NN_name.ipynb``) instead of the MyST source.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ class Renderer:
         if name == "exercise":
             num = self.number(options["label"], "exercise") if "label" in options else "?"
             # the label, hidden from readers, is what the grader finds the answer by
-            # (fundamentallm.course.grading.submitted_code): work done in this edition is graded
+            # (fundamentallm.course.grader.grading.submitted_code): work done in this edition is graded
             mark = f"\n\n<!-- {{exercise}} :label: {options['label']} -->" if "label" in options else ""
             return f"### Exercise {num}" + (f": {arg}" if arg else "") + f"\n\n{body}{mark}"
         if name in ("solution-start", "solution-end"):
@@ -497,9 +497,3 @@ def _colab_button(app, pagename, templatename, context, doctree):
                     and _CHAPTER_FILE.fullmatch(pagename.rsplit("/", 1)[-1]):
                 button["url"] = re.sub(r"/blob/([^/]+)/(?:.*/)?book/([^/]+\.ipynb)$",
                                        rf"/blob/\1/{EDITION_DIR}/\2", button["url"])
-
-
-def setup(app):
-    # after sphinx-book-theme's add_launch_buttons (priority 501)
-    app.connect("html-page-context", _colab_button, priority=502)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}

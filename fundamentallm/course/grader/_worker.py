@@ -1,11 +1,11 @@
-"""The grading worker: ``python -m fundamentallm.course._worker`` (started by the grader, inside
+"""The grading worker: ``python -m fundamentallm.course.grader._worker`` (started by the grader, inside
 the sandbox).
 
 It holds one student's code and nothing else: no check, no expected value, no score, no file of
 the grader. In the sandbox only ``fundamentallm/checks/core.py`` of the checks is visible (the
 chapters' checks, their references and answer keys are not), and before any student code runs
 the worker drops every privilege and installs the seccomp filter (:func:`sandbox.confine`). It reads requests from its stdin and answers on its stdout, in the wire format
-(:mod:`fundamentallm.course.wire`), one request at a time:
+(:mod:`fundamentallm.course.grader.wire`), one request at a time:
 
 * ``load``: run the student's code of one exercise (after the chapter's imports) in the
   chapter's namespace; answer the requested names as data, or as handles for functions, classes
@@ -187,7 +187,7 @@ class _Recorder:
         from torch.overrides import TorchFunctionMode
 
         from fundamentallm.checks.core import _Forbidden
-        from fundamentallm.course.review import _forbidden_key, _words
+        from fundamentallm.course.grader.review import _forbidden_key, _words
 
         match = _Forbidden(self.forbidden)
         # by name too, its variants: ``_softmax``, ``log_softmax``, ``_log_softmax`` of ``softmax``
