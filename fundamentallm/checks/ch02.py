@@ -11,13 +11,14 @@ from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
 from .wrong import wrong_answer
 
 # torch's softmax kernels under their other names (torch._softmax, torch.ops.aten.*), besides the
-# public torch.softmax / log_softmax and their aliases.
+# public torch.softmax / log_softmax and their aliases. Listed first: a later name's aliases take
+# its label, so the public names come last and a student who wrote torch.softmax is told so.
 _SOFTMAX_KERNELS = tuple(f"torch.{n}" for n in ("_softmax", "_log_softmax", "_safe_softmax") if hasattr(torch, n)) \
     + tuple(f"torch.ops.aten.{n}" for n in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
                                             "special_softmax") if hasattr(torch.ops.aten, n))
 
 
-@exercise_check(forbidden=("torch.softmax", "torch.log_softmax") + _SOFTMAX_KERNELS)
+@exercise_check(forbidden=_SOFTMAX_KERNELS + ("torch.softmax", "torch.log_softmax"))
 def check_softmax_rows(softmax_rows: Callable) -> str:
     """``softmax_rows(x)``: softmax over the last dimension, stable for large scores (no
     ``softmax`` or ``log_softmax`` routine)."""

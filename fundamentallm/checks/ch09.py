@@ -211,7 +211,7 @@ def _ch09_isoflop_cases():
             exact.append({"budget": C, "n_non_embedding": n_opt * f, "tokens": C / (6 * n_opt * f),
                           "val_loss": 2.0 + 0.05 * (x - math.log(n_opt)) ** 2})
     stored = [r for r in load("scaling")["runs"] if r["role"] == "sweep" and r["lr_mult"] == 1.0 and r["seed"] == 0]
-    order = torch.randperm(len(stored), generator=torch.Generator().manual_seed(9)).tolist()
+    order = torch.randperm(len(stored), generator=rng(9)).tolist()
     return [("an exact law (N_opt = 0.3 C^0.45)", exact, (1e12, 3e9)),
             ("the stored sweep", stored, (3e11, 1e12)),
             ("the stored sweep, runs shuffled", [dict(stored[i]) for i in order], (3e11,))]
