@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 import os
 import subprocess
 import sys
@@ -528,8 +529,9 @@ def test_reasons_are_named(graded):
     assert "timed out" in _message(g, "c01_hang", "ch02-ex1")
     assert "SystemExit" in _message(g, "c02_exits", "ch02-ex1")
     assert "process ended" in _message(g, "c03_os_exit", "ch02-ex2")
-    assert "not to use torch.softmax" in _message(g, "c04_forbidden_call", "ch03-ex1")
-    assert "not to use torch.softmax" in _message(g, "b19_softmin", "ch03-ex1")  # the worker's profiler
+    # the kernel's name or the public one, and where the student called it
+    assert re.search(r"not to use torch\._?softmax", _message(g, "c04_forbidden_call", "ch03-ex1"))
+    assert re.search(r"not to use torch\._?softmax", _message(g, "b19_softmin", "ch03-ex1"))  # the worker's profiler
     assert "MemoryError" in _message(g, "c05_memory_bomb", "ch02-ex1")
     assert "could not be read" in _message(g, "c09_broken_json", "ch02-ex1")
     assert "not attempted" in _message(g, "c08_edited_checks", "ch02-ex1")
