@@ -14,8 +14,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import time
