@@ -7,15 +7,21 @@ from typing import Callable
 
 import torch
 
-from .core import CheckFailed, assert_same, check_shape, exercise_check, rng
+from .core import (
+    ATEN_ATTENTION,
+    SOFTMAX_KERNELS,
+    CheckFailed,
+    assert_same,
+    check_shape,
+    exercise_check,
+    rng,
+)
 from .wrong import wrong_answer
 
 # torch's softmax kernels under their other names (torch._softmax, torch.ops.aten.*), besides the
 # public torch.softmax / log_softmax and their aliases. Listed first: a later name's aliases take
 # its label, so the public names come last and a student who wrote torch.softmax is told so.
-_SOFTMAX_KERNELS = tuple(f"torch.{n}" for n in ("_softmax", "_log_softmax", "_safe_softmax") if hasattr(torch, n)) \
-    + tuple(f"torch.ops.aten.{n}" for n in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
-                                            "special_softmax") if hasattr(torch.ops.aten, n))
+_SOFTMAX_KERNELS = SOFTMAX_KERNELS
 
 
 @exercise_check(forbidden=_SOFTMAX_KERNELS + ("torch.softmax", "torch.log_softmax"))
@@ -97,12 +103,7 @@ def _reference_attention(q, k, v, mask=None):
 
 # torch.ops.aten's attention operators (those this torch version has): the kernels behind
 # F.scaled_dot_product_attention and nn.MultiheadAttention, callable directly.
-_ATEN_ATTENTION = tuple(f"torch.ops.aten.{n}" for n in (
-    "scaled_dot_product_attention", "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
-    "_scaled_dot_product_attention_math_for_mps", "_native_multi_head_attention")
-    if hasattr(torch.ops.aten, n))
+_ATEN_ATTENTION = ATEN_ATTENTION
 
 
 @exercise_check(forbidden=("fundamentallm.attention.scaled_dot_product_attention",

@@ -7,7 +7,16 @@ from typing import Callable
 
 import torch
 
-from .core import CheckFailed, _as_tensor, assert_same, check_shape, exercise_check, rng
+from .core import (
+    ATEN_ATTENTION,
+    SOFTMAX_KERNELS,
+    CheckFailed,
+    _as_tensor,
+    assert_same,
+    check_shape,
+    exercise_check,
+    rng,
+)
 from .wrong import wrong_answer
 
 
@@ -65,9 +74,7 @@ _NO_LOG = ("torch.log", "torch.log2", "torch.log10", "torch.log1p", "torch.xlogy
 
 # (as in ch02) torch's softmax kernels under their other names (torch._softmax, torch.ops.aten.*), besides the
 # public torch.softmax / log_softmax and their aliases.
-_SOFTMAX_KERNELS = tuple(f"torch.{n}" for n in ("_softmax", "_log_softmax", "_safe_softmax") if hasattr(torch, n)) \
-    + tuple(f"torch.ops.aten.{n}" for n in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
-                                            "special_softmax") if hasattr(torch.ops.aten, n))
+_SOFTMAX_KERNELS = SOFTMAX_KERNELS
 
 
 @exercise_check(forbidden=_SOFTMAX_KERNELS + _NO_LOG  # first: a later name's aliases take its label
@@ -131,12 +138,7 @@ def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
 
 # torch.ops.aten's attention operators (those this torch version has): the kernels behind
 # F.scaled_dot_product_attention and nn.MultiheadAttention, callable directly.
-_ATEN_ATTENTION = tuple(f"torch.ops.aten.{n}" for n in (
-    "scaled_dot_product_attention", "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
-    "_scaled_dot_product_attention_math_for_mps", "_native_multi_head_attention")
-    if hasattr(torch.ops.aten, n))
+_ATEN_ATTENTION = ATEN_ATTENTION
 
 
 def _ref_cross(x, memory, w_q, w_k, w_v, w_o, num_heads, memory_mask):
