@@ -3,7 +3,7 @@ an independent reference, and says exactly what is wrong (which output, the firs
 element, expected vs got). A check prints one line when it passes -- giving feedback is its job --
 and raises :class:`CheckFailed` (an ``AssertionError``) when it does not.
 
-One module per chapter (``ch02.py`` ...), all re-exported here, so ``from fundamentallm import
+One module per chapter (``ch02.py`` ...; its wrong-answer table in ``wrong_answers/ch02.py``), all re-exported here, so ``from fundamentallm import
 checks; checks.check_softmax_rows(fn)`` works for every chapter. Every check is registered in
 :data:`CHECKS`. Gradient checking is a tool, not a check: it lives in :mod:`fundamentallm.gradcheck`.
 """
@@ -26,6 +26,7 @@ from . import (
     ch15,
     ch16,
     ch17,
+    wrong_answers,  # noqa: F401  (registers every chapter's wrong-answer table)
 )
 from .core import (
     BY_HAND,

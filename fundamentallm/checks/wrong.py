@@ -1,7 +1,7 @@
 """What each check catches: a table of plausible wrong answers, run live through the checks.
 
-Every check declares at least three wrong answers a student could plausibly write, next to the
-check in its chapter module::
+Every check declares at least three wrong answers a student could plausibly write, in its
+chapter's table ``checks/wrong_answers/chNN.py`` (the chapter's checks are in ``checks/chNN.py``)::
 
     wrong_answer("check_softmax_rows", "mistake", "exp without subtracting the row max",
                  '''

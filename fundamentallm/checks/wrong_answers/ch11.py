@@ -1,0 +1,424 @@
+"""Chapter 11's wrong-answer table: the answers each check of :mod:`fundamentallm.checks.ch11`
+must reject, run live by ``python -m fundamentallm.course catches --chapter 11`` and by
+``tests/test_catches.py`` (see :mod:`fundamentallm.checks.wrong`)."""
+
+from ..wrong import wrong_answer
+
+wrong_answer("check_rmsnorm_backward", "mistake", "LayerNorm's backward: subtracts the mean, a term RMSNorm "
+             "does not have", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    C = x.shape[-1]
+    rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + eps)
+    xhat = (x - x.mean(axis=-1, keepdims=True)) * rstd
+    g = dy * gamma
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    return dx, (dy * xhat).reshape(-1, C).sum(axis=0)
+""", call="rmsnorm_backward", message=r"dgamma for x of shape")
+
+wrong_answer("check_rmsnorm_backward", "mistake", "treats r as a constant: forgets that r depends on x", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    C = x.shape[-1]
+    rstd = 1.0 / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps)
+    return dy * gamma * rstd, (dy * x * rstd).reshape(-1, C).sum(axis=0)
+""", call="rmsnorm_backward", message=r"coupling term")
+
+wrong_answer("check_rmsnorm_backward", "edge", "dgamma summed over the first axis only (right for 2-D x, "
+             "wrong for (B, T, C))", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    rstd = 1.0 / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps)
+    xhat, g = x * rstd, dy * gamma
+    dx = rstd * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    return dx, (dy * xhat).sum(axis=0)
+""", call="rmsnorm_backward", message=r"dgamma .*expected shape")
+
+wrong_answer("check_rmsnorm_backward", "method", "autograd: the forward in torch, then backward()", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    xt, gt = torch.tensor(x, requires_grad=True), torch.tensor(gamma, requires_grad=True)
+    y = xt / torch.sqrt(xt.pow(2).mean(-1, keepdim=True) + eps) * gt
+    y.backward(torch.tensor(dy))
+    return xt.grad.numpy(), gt.grad.numpy()
+""", call="rmsnorm_backward", message=r"asks you not to use torch\.(Tensor\.backward|autograd)")
+
+wrong_answer("check_smoothed_ce_backward", "mistake", "the gradient of the summed loss (forgets the mean's 1/N)", """
+def smoothed_ce_backward(z, targets, smoothing):
+    N, V = z.shape
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    q = np.full_like(p, smoothing / V)
+    q[np.arange(N), targets] += 1 - smoothing
+    return p - q
+""", call="smoothed_ce_backward", message=r"mean over the N rows")
+
+wrong_answer("check_smoothed_ce_backward", "mistake", "smooths over the V - 1 wrong classes (eps / (V - 1)), "
+             "not over all V as PyTorch does", """
+def smoothed_ce_backward(z, targets, smoothing):
+    N, V = z.shape
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    q = np.full_like(p, smoothing / (V - 1))
+    q[np.arange(N), targets] = 1 - smoothing
+    return (p - q) / N
+""", call="smoothed_ce_backward", message=r"smoothing=0\.")
+
+wrong_answer("check_smoothed_ce_backward", "edge", "no max subtraction: exp overflows on large logits "
+             "(right on small ones)", """
+def smoothed_ce_backward(z, targets, smoothing):
+    N, V = z.shape
+    p = np.exp(z)
+    p /= p.sum(axis=-1, keepdims=True)
+    q = np.full_like(p, smoothing / V)
+    q[np.arange(N), targets] += 1 - smoothing
+    return (p - q) / N
+""", call="smoothed_ce_backward", message=r"large logits")
+
+wrong_answer("check_smoothed_ce_backward", "method", "autograd of F.cross_entropy", """
+def smoothed_ce_backward(z, targets, smoothing):
+    zt = torch.tensor(z, requires_grad=True)
+    loss = F.cross_entropy(zt, torch.tensor(targets), label_smoothing=smoothing)
+    (g,) = torch.autograd.grad(loss, zt)
+    return g.numpy()
+""", call="smoothed_ce_backward", message=r"asks you not to use")
+
+wrong_answer("check_swiglu_backward", "mistake", "no product rule: silu'(a) taken as sigmoid(a)", """
+def swiglu_backward(a, b, dy):
+    s = 1.0 / (1.0 + np.exp(-a))
+    return dy * b * s, dy * a * s
+""", call="swiglu_backward", message=r"da for shape")
+
+wrong_answer("check_swiglu_backward", "mistake", "returns (db, da), the order swapped", """
+def swiglu_backward(a, b, dy):
+    s = 1.0 / (1.0 + np.exp(-a))
+    return dy * a * s, dy * b * (s + a * s * (1 - s))
+""", call="swiglu_backward", message=r"db for shape")
+
+wrong_answer("check_swiglu_backward", "edge", "forgets the upstream gradient dy in da (right only where dy = 1)", """
+def swiglu_backward(a, b, dy):
+    s = 1.0 / (1.0 + np.exp(-a))
+    return b * (s + a * s * (1 - s)), dy * a * s
+""", call="swiglu_backward", message=r"da for shape")
+
+wrong_answer("check_swiglu_backward", "method", "torch.func.grad of the forward", """
+def swiglu_backward(a, b, dy):
+    from torch.func import vjp
+    at, bt, dyt = (torch.tensor(t) for t in (a, b, dy))
+    _, pull = vjp(lambda a, b: F.silu(a) * b, at, bt)
+    da, db = pull(dyt)
+    return da.numpy(), db.numpy()
+""", call="swiglu_backward", message=r"asks you not to use")
+
+_ALIBI_LOSS = """
+def _loss(q, k, v, dout, m):
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    d = (i[:, None] - i[None, :]).astype(float)
+    s = np.where(d >= 0, q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - m * d, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return float(((p @ v) * dout).sum())
+"""
+
+wrong_answer("check_alibi_slope_grad", "mistake", "skips the softmax backward: uses dP where dS is needed", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    T = q.shape[-2]
+    i = np.arange(T)
+    distance = (i[:, None] - i[None, :]).astype(float)
+    dp = np.where(distance >= 0, dout @ np.swapaxes(v, -1, -2), 0.0)
+    return float((dp * -distance).sum())
+""", call="alibi_slope_grad", message=r"dL/dslope for inputs of shape")
+
+wrong_answer("check_alibi_slope_grad", "mistake", "dS/dm taken as +(i - j): the sign of the penalty lost", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    d = (i[:, None] - i[None, :]).astype(float)
+    s = np.where(d >= 0, q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - slope * d, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    dp = dout @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    return float((ds * d).sum())
+""", call="alibi_slope_grad", message=r"dL/dslope")
+
+wrong_answer("check_alibi_slope_grad", "edge", "one gradient per query, not the sum over every place the "
+             "slope enters", _ALIBI_LOSS + """
+def alibi_slope_grad(q, k, v, dout, slope):
+    h = 1e-6
+    g = (_loss(q, k, v, dout, slope + h) - _loss(q, k, v, dout, slope - h)) / (2 * h)
+    return np.full(q.shape[-2], g / q.shape[-2])
+""", call="alibi_slope_grad", message=r"one number")
+
+wrong_answer("check_alibi_slope_grad", "method", "a central finite difference of the loss, step 1e-6", _ALIBI_LOSS + """
+def alibi_slope_grad(q, k, v, dout, slope):
+    h = 1e-6
+    return (_loss(q, k, v, dout, slope + h) - _loss(q, k, v, dout, slope - h)) / (2 * h)
+""", call="alibi_slope_grad", message=r"derivation|derive")
+
+wrong_answer("check_alibi_slope_grad", "method", "a central finite difference with a larger step (1e-4), "
+             "which beats rounding on plain inputs", _ALIBI_LOSS + """
+def alibi_slope_grad(q, k, v, dout, slope):
+    h = 1e-4
+    return (_loss(q, k, v, dout, slope + h) - _loss(q, k, v, dout, slope - h)) / (2 * h)
+""", call="alibi_slope_grad", message=r"derivation|derive")
+
+wrong_answer("check_alibi_slope_grad", "method", "autograd on a torch forward", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    q, k, v, dout = (torch.tensor(t) for t in (q, k, v, dout))
+    m = torch.tensor(float(slope), dtype=torch.float64, requires_grad=True)
+    T, D = q.shape[-2], q.shape[-1]
+    i = torch.arange(T)
+    d = (i[:, None] - i[None, :]).double()
+    s = (q @ k.transpose(-2, -1) / D ** 0.5 - m * d).masked_fill(d < 0, float("-inf"))
+    ((torch.softmax(s, -1) @ v) * dout).sum().backward()
+    return m.grad.item()
+""", call="alibi_slope_grad", message=r"asks you not to use")
+
+_GELU_OK = """
+def gelu_backward(x, dy):
+    c = np.sqrt(2 / np.pi)
+    t = np.tanh(c * (x + 0.044715 * x ** 3))
+    return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * c * (1 + 3 * 0.044715 * x ** 2))
+"""
+
+_GELU_FWD = """
+def _gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+"""
+
+wrong_answer("check_gelu_backward", "mistake", "no product rule: only 0.5 (1 + tanh u)", """
+def gelu_backward(x, dy):
+    return dy * 0.5 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"dx \(compared")
+
+wrong_answer("check_gelu_backward", "mistake", "the exact (erf) GELU's derivative: close, but not the tanh form's", """
+def gelu_backward(x, dy):
+    phi = np.exp(-x ** 2 / 2) / np.sqrt(2 * np.pi)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(x / np.sqrt(2)))
+    return dy * (cdf + x * phi)
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"dx \(compared")
+
+wrong_answer("check_gelu_backward", "value", "a right function, but the derivative predicted never to leave [0, 1]",
+             _GELU_OK, call="gelu_backward, (0.0, 0.5, 1.0), (0.0, 1.0)", message=r"extremes: .*rethink|extremes: .*above 1")
+
+wrong_answer("check_gelu_backward", "value", "a right function, but the limit at -inf predicted as the "
+             "slope of the negative lobe", _GELU_OK, call="gelu_backward, (-0.1, 0.5, 1.0), (-0.1289, 1.1289)",
+             message=r"limits: .*rethink")
+
+wrong_answer("check_gelu_backward", "edge", "1/cosh(u)**2 for 1 - tanh^2 u: right, but NaN where x^3 overflows "
+             "cosh at large |x|", """
+def gelu_backward(x, dy):
+    c = np.sqrt(2 / np.pi)
+    u = c * (x + 0.044715 * x ** 3)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sech2 = np.exp(-np.abs(u)) ** 2 * 4 / (1 + np.exp(-2 * np.abs(u))) ** 2
+        sech2 = np.where(np.abs(u) > 300, np.nan, sech2)
+    return dy * (0.5 * (1 + np.tanh(u)) + 0.5 * x * sech2 * c * (1 + 3 * 0.044715 * x ** 2))
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"NaN or inf")
+
+wrong_answer("check_gelu_backward", "method", "a central finite difference, step 1e-6", _GELU_FWD + """
+def gelu_backward(x, dy):
+    h = 1e-6
+    return dy * (_gelu(x + h) - _gelu(x - h)) / (2 * h)
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"difference quotient")
+
+wrong_answer("check_gelu_backward", "method", "a five-point finite-difference stencil, step 1e-3 "
+             "(fourth-order accurate)", _GELU_FWD + """
+def gelu_backward(x, dy):
+    h = 1e-3
+    g = (-_gelu(x + 2 * h) + 8 * _gelu(x + h) - 8 * _gelu(x - h) + _gelu(x - 2 * h)) / (12 * h)
+    return dy * g
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"difference quotient")
+
+wrong_answer("check_gelu_backward", "method", "autograd of F.gelu", """
+def gelu_backward(x, dy):
+    xt = torch.tensor(x, requires_grad=True)
+    F.gelu(xt, approximate="tanh").backward(torch.tensor(dy))
+    return xt.grad.numpy()
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"asks you not to use")
+
+_FD = """
+def _fd(f, x, h=1e-6):
+    x = x.copy()
+    g = np.zeros_like(x)
+    fx, fg = x.reshape(-1), g.reshape(-1)
+    for i in range(fx.size):
+        old = fx[i]
+        fx[i] = old + h
+        a = f(x)
+        fx[i] = old - h
+        b = f(x)
+        fx[i] = old
+        fg[i] = (a - b) / (2 * h)
+    return g
+"""
+
+wrong_answer("check_rmsnorm_backward", "method", "a hand-written central finite difference of the loss", _FD + """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    def loss(x, gamma):
+        return float((x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps) * gamma * dy).sum())
+    return _fd(lambda v: loss(v, gamma), x), _fd(lambda v: loss(x, v), gamma)
+""", call="rmsnorm_backward", message=r"dgamma for x of shape|dx for x of shape")
+
+wrong_answer("check_rmsnorm_backward", "method", "the package's numerical_gradient", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    from fundamentallm.gradcheck import numerical_gradient
+    def loss(x, gamma):
+        return float((x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps) * gamma * dy).sum())
+    return numerical_gradient(lambda v: loss(v, gamma), x), numerical_gradient(lambda v: loss(x, v), gamma)
+""", call="rmsnorm_backward", message=r"a finite difference is a test, not a derivation")
+
+wrong_answer("check_rmsnorm_backward", "value", "eps left out of the root: right to about 1e-7, not to 1e-11", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    C = x.shape[-1]
+    r = 1.0 / np.sqrt((x ** 2).mean(axis=-1, keepdims=True))
+    xhat, g = x * r, dy * gamma
+    return r * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True)), (dy * xhat).reshape(-1, C).sum(axis=0)
+""", call="rmsnorm_backward", message=r"expected -?\d\.\d{7,}, got -?\d\.\d{7,}")
+
+wrong_answer("check_smoothed_ce_backward", "mistake", "the correct class's target 1 - eps (forgets its share "
+             "eps / V of the smoothing)", """
+def smoothed_ce_backward(z, targets, smoothing):
+    N, V = z.shape
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    q = np.full_like(p, smoothing / V)
+    q[np.arange(N), targets] = 1 - smoothing
+    return (p - q) / N
+""", call="smoothed_ce_backward", message=r"smoothed target distribution q")
+
+wrong_answer("check_smoothed_ce_backward", "method", "a hand-written central finite difference of the loss", _FD + """
+def smoothed_ce_backward(z, targets, smoothing):
+    N, V = z.shape
+    q = np.full(z.shape, smoothing / V)
+    q[np.arange(N), targets] += 1 - smoothing
+    def loss(z):
+        m = z.max(axis=-1, keepdims=True)
+        lse = (m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True)))[:, 0]
+        return float((lse - (q * z).sum(axis=-1)).mean())
+    return _fd(loss, z)
+""", call="smoothed_ce_backward", message=r"dz for N=")
+
+wrong_answer("check_swiglu_backward", "method", "an elementwise five-point finite difference of silu for da", """
+def swiglu_backward(a, b, dy):
+    silu = lambda a: a / (1.0 + np.exp(-a))
+    h = 1e-3
+    d = (-silu(a + 2 * h) + 8 * silu(a + h) - 8 * silu(a - h) + silu(a - 2 * h)) / (12 * h)
+    return dy * b * d, dy * silu(a)
+""", call="swiglu_backward", message=r"da for shape")
+
+wrong_answer("check_swiglu_backward", "method", "a hand-written central finite difference of the summed loss",
+             _FD + """
+def swiglu_backward(a, b, dy):
+    loss = lambda a, b: float((a / (1.0 + np.exp(-a)) * b * dy).sum())
+    return _fd(lambda v: loss(v, b), a), _fd(lambda v: loss(a, v), b)
+""", call="swiglu_backward", message=r"(da|db) for shape")
+
+wrong_answer("check_gelu_backward", "method", "sympy.diff of the forward, lambdified", """
+def gelu_backward(x, dy):
+    import sympy
+    s = sympy.Symbol("x")
+    y = s / 2 * (1 + sympy.tanh(sympy.sqrt(2 / sympy.pi) * (s + sympy.Rational(44715, 10 ** 6) * s ** 3)))
+    return dy * sympy.lambdify(s, sympy.diff(y, s), "numpy")(x)
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"not to use sympy")
+
+wrong_answer("check_gelu_backward", "method", "mpmath.diff at 30 digits", """
+def gelu_backward(x, dy):
+    import mpmath
+    mpmath.mp.dps = 30
+    f = lambda t: t / 2 * (1 + mpmath.tanh(mpmath.sqrt(2 / mpmath.pi) * (t + mpmath.mpf("0.044715") * t ** 3)))
+    return dy * np.vectorize(lambda v: float(mpmath.diff(f, v)))(x)
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"not to use mpmath")
+
+wrong_answer("check_alibi_slope_grad", "method", "complex-step differentiation: the loss evaluated at "
+             "slope + i h, dL/dslope read off the imaginary part (exact to rounding, not a derivation)", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    d = (i[:, None] - i[None, :]).astype(float)
+    def loss(m):
+        s = q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - m * d
+        s = s - s.real.max(axis=-1, keepdims=True)
+        p = np.where(d >= 0, np.exp(s), 0.0)
+        p = p / p.sum(axis=-1, keepdims=True)
+        return ((p @ v) * dout).sum()
+    h = 1e-30
+    return float(loss(slope + 1j * h).imag / h)
+""", call="alibi_slope_grad", message=r"complex-step differentiation")
+
+wrong_answer("check_gelu_backward", "method", "complex-step differentiation: GELU evaluated at x + i h, "
+             "dy/dx read off the imaginary part (exact to rounding, not a derivation)", """
+def gelu_backward(x, dy):
+    z = x.astype(complex) + 1e-30j
+    y = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+    return dy * y.imag / 1e-30
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"complex-step differentiation")
+
+wrong_answer("check_gelu_backward", "method", "complex-step differentiation through cmath, one scalar at a "
+             "time, no complex array stored", """
+import cmath
+def gelu_backward(x, dy):
+    c = math.sqrt(2 / math.pi)
+    g = [(0.5 * (t + 1e-30j) * (1 + cmath.tanh(c * ((t + 1e-30j) + 0.044715 * (t + 1e-30j) ** 3)))).imag / 1e-30
+         for t in x.ravel().tolist()]
+    return dy * np.array(g).reshape(x.shape)
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"complex-step|cmath")
+
+wrong_answer("check_gelu_backward", "method", "a central difference in NumPy's long double with one "
+             "Richardson step (extended precision: close to float64 exactness, not a derivation)", """
+def gelu_backward(x, dy):
+    X = x.astype(np.longdouble)
+    c = np.sqrt(np.longdouble(2) / np.longdouble(np.pi))
+    f = lambda t: t / 2 * (1 + np.tanh(c * (t + np.longdouble(0.044715) * t ** 3)))
+    d = lambda h: (f(X + h) - f(X - h)) / (2 * h)
+    h = np.longdouble(1e-4)
+    return dy * ((4 * d(h / 2) - d(h)) / 3).astype(np.float64)
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"extended precision")
+
+wrong_answer("check_swiglu_backward", "method", "complex-step differentiation inline on Python scalars, "
+             "the complex temporaries reset to 0.0 before returning (no complex variable left to see)", """
+def swiglu_backward(a, b, dy):
+    h, ds = 1e-30, []
+    for t in np.asarray(a, float).ravel().tolist():
+        z = t + h * 1j
+        e = math.exp(-z.real) * (math.cos(-z.imag) + 1j * math.sin(-z.imag))
+        ds.append((z / (1 + e)).imag / h)
+        z = e = 0.0
+    silu = a / (1 + np.exp(-a))
+    return dy * b * np.array(ds).reshape(np.shape(a)), dy * silu
+""", call="swiglu_backward", message=r"complex literal")
+
+wrong_answer("check_gelu_backward", "method", "dual numbers: a hand-written class carrying (value, "
+             "derivative) through + and * (forward-mode autodiff, not a derivation)", """
+class Dual:
+    def __init__(self, a, b=0.0):
+        self.a, self.b = a, b
+    def __add__(self, o):
+        o = o if isinstance(o, Dual) else Dual(o)
+        return Dual(self.a + o.a, self.b + o.b)
+    __radd__ = __add__
+    def __mul__(self, o):
+        o = o if isinstance(o, Dual) else Dual(o)
+        return Dual(self.a * o.a, self.a * o.b + self.b * o.a)
+    __rmul__ = __mul__
+def gelu_backward(x, dy):
+    c = np.sqrt(2 / np.pi)
+    z = Dual(x, np.ones_like(x))
+    u = c * (z + 0.044715 * z * z * z)
+    t = Dual(np.tanh(u.a), (1 - np.tanh(u.a) ** 2) * u.b)
+    return dy * (0.5 * z * (1 + t)).b
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"overloads arithmetic")
+
+wrong_answer("check_alibi_slope_grad", "method", "complex-step differentiation in NumPy, the complex "
+             "arrays deleted before returning", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    d = (i[:, None] - i[None, :]).astype(float)
+    m = slope + 1e-30j
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - m * d
+    s = np.where(d >= 0, s, -1e300)
+    p = np.exp(s - s.real.max(axis=-1, keepdims=True))
+    p = p / p.sum(axis=-1, keepdims=True)
+    r = float(((p @ v) * dout).sum().imag / 1e-30)
+    del m, s, p
+    return r
+""", call="alibi_slope_grad", message=r"complex")
