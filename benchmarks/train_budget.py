@@ -39,26 +39,30 @@ to every seed's training time, as if each seed ran in a fresh process.
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import io
 import json
 import os
-import statistics
 import time
 
 import torch
-from record import (  # benchmarks/record.py (the script's folder is on sys.path)
-    permutation_p_value,
-    save_result,
-)
+from record import save_result  # benchmarks/record.py (the script's folder is on sys.path)
 
-from fundamentallm import Transformer, TransformerConfig
+from fundamentallm import TransformerConfig
 from fundamentallm.cli import nonneg_int, positive_int
 from fundamentallm.data import load_corpus, train_val_split
-from fundamentallm.recipes import BUDGET, RECIPES, configs
+from fundamentallm.recipes import BUDGET
+from fundamentallm.speedrun import (  # the rule's run, shared with `python -m fundamentallm record try`
+    build_trainer,
+    choose_threads,
+    cpu_has_bf16,
+    cpu_name,
+    parse_overrides,
+    recipe_variant,
+    run_compare,
+)
 from fundamentallm.tokenizers import CharacterTokenizer
-from fundamentallm.training import TrainConfig, Trainer
+from fundamentallm.training import Trainer
 
 # The budget and the recipes live in the package (fundamentallm/recipes.py), where the command
 # line's `train --recipe NAME` reads them too.
@@ -66,65 +70,12 @@ STEPS, BATCH, BLOCK = BUDGET["steps"], BUDGET["batch_size"], BUDGET["block_size"
 MAX_PARAMS = BUDGET["max_params"]
 
 
-def parse_overrides(items: list[str], flag: str = "--set") -> tuple[dict, dict]:
-    """``key=value`` pairs -> (model overrides, train overrides), by field name; an error names
-    ``flag``, where they came from."""
-    model_fields = set(TransformerConfig.__dataclass_fields__)
-    train_fields = set(TrainConfig.__dataclass_fields__)
-    model, train = {}, {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key or not raw:
-            raise SystemExit(f"{flag} {item!r}: expected FIELD=VALUE, e.g. --set lr=1e-3")
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        if key in model_fields:
-            model[key] = value
-        elif key in train_fields:
-            train[key] = value
-        else:
-            raise SystemExit(f"{flag} {item!r}: unknown field {key!r}")
-    return model, train
-
-
-def recipe_variant(name: str) -> str:
-    """``--recipe``'s type: a recipe's name, or a variant of one, ``NAME+FIELD=VALUE[+...]`` (e.g.
-    ``record+sampling=random``, to measure a candidate against the recipe it changes in one run);
-    checked here, so that a typo fails before anything trains."""
-    base, *sets = name.split("+")
-    if base not in RECIPES:
-        raise argparse.ArgumentTypeError(f"invalid choice: {base!r} (choose from {', '.join(map(repr, RECIPES))}; "
-                                         f"a variant is NAME+FIELD=VALUE)")
-    parse_overrides(sets, flag=f"--recipe {name}")
-    return name
-
-
-def build_trainer(recipe_name: str, seed: int, vocab_size: int, train_ids, val_ids, args,
-                  model_over: dict, train_over: dict) -> Trainer:
-    base, *sets = recipe_name.split("+")  # a variant's own overrides, then --set's
-    variant_model, variant_train = parse_overrides(sets)
-    run = dict(max_steps=args.steps, block_size=BLOCK, eval_batch_size=256, progress=False, device="cpu", seed=seed,
-               log_interval=1)
-    # the package's one assembler (the CLI's `train --recipe` uses it too): the budget, the recipe, then these
-    model_kwargs, train_kwargs = configs(base, vocab_size, model={**variant_model, **model_over},
-                                         train={**run, **variant_train, **train_over})
-    torch.manual_seed(seed)
+def recipe_arg(name: str) -> str:
+    """``--recipe``'s type: a recipe or a variant (``speedrun.recipe_variant``), checked before anything trains."""
     try:
-        config = TransformerConfig(**model_kwargs)
-    except (TypeError, ValueError) as err:
-        raise SystemExit(f"--set: {err}") from None
-    model = Transformer(config)
-    params = model.num_parameters()
-    if params > MAX_PARAMS:
-        raise SystemExit(f"{recipe_name}: {params} parameters exceed the budget's {MAX_PARAMS}")
-    try:
-        train_config = TrainConfig(**train_kwargs)
-    except (TypeError, ValueError) as err:
-        raise SystemExit(f"--set or --steps: {err}") from None
-    print(f"{recipe_name}: params={params}\n  model: {config}\n  train: {train_config}", flush=True)
-    return Trainer(model, train_ids, val_ids, config=train_config)
+        return recipe_variant(name)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def threads_arg(text: str):
@@ -138,166 +89,6 @@ def threads_arg(text: str):
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer >= 1")
     return value
-
-
-# Seconds of each recipe's first compilation in this process (TrainConfig(compile=True)); the
-# models built after it, for the thread trial or the other seeds, reuse the compiled code.
-COMPILE_S: dict[str, float] = {}
-
-
-def compile_before_the_clock(name: str, trainer: Trainer) -> None:
-    """Compile ``trainer``'s model now (nothing without compile=True), and keep the seconds the
-    recipe's first compilation took."""
-    COMPILE_S.setdefault(name, trainer.warm_up())
-
-
-def choose_threads(names: list[str], vocab_size: int, train_ids, val_ids, args, model_over: dict,
-                   train_over: dict, trial_steps: int = 20) -> dict[str, int]:
-    """For each recipe, the thread count (1 .. the machine's cores) that trains it fastest, timed
-    on a throw-away copy: 5 warm-up steps, then ``trial_steps`` steps per count, the counts taken
-    in turn twice so that both see the same load. The runs to be measured are not touched (their
-    models and batch generators are built afterwards, from their own seeds)."""
-    counts = list(range(1, (os.cpu_count() or 1) + 1))
-    chosen = {}
-    for name in names:
-        with contextlib.redirect_stdout(io.StringIO()):
-            trainer = build_trainer(name, args.seed, vocab_size, train_ids, val_ids, args,
-                                    model_over if name == names[0] else {},
-                                    train_over if name == names[0] else {})
-        compile_before_the_clock(name, trainer)
-        trainer.fit(steps=min(5, args.steps))
-        spent = dict.fromkeys(counts, 0.0)
-        for _ in range(2):
-            for n in counts:
-                torch.set_num_threads(n)
-                start = trainer.elapsed
-                trainer.fit(steps=trial_steps)
-                spent[n] += trainer.elapsed - start
-        chosen[name] = min(counts, key=spent.get)
-        print(f"{name}: {chosen[name]} thread(s); ms per step by thread count: "
-              f"{ {n: round(t / (2 * trial_steps) * 1000, 1) for n, t in spent.items()} }", flush=True)
-    return chosen
-
-
-def cpu_name() -> str:
-    """The CPU's model name and family (``/proc/cpuinfo``; '' where unknown): results are compared
-    only between runs on the same kind of CPU."""
-    try:
-        info = open("/proc/cpuinfo").read()
-    except OSError:
-        return ""
-    fields = {}
-    for line in info.splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    return f"{fields.get('model name', '')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')})"
-
-
-def cpu_has_bf16() -> bool:
-    """Whether the CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX); without it, the
-    bf16 recipes still run, but slower than in float32 (Linux only; False where unknown)."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-PROBE_STEPS = 3
-
-
-def train_chunk(trainer: Trainer, steps: int, threads: int, adapt: bool) -> int:
-    """Train ``steps`` steps; return the thread count used for most of them. With ``adapt``,
-    the first ``PROBE_STEPS`` run at each count from 1 to the machine's cores (the one in use
-    last), the rest at the fastest: the load of a shared machine changes within a run, and two
-    threads can be many times slower than one as soon as another process takes a core. The
-    probe steps are training steps like the others (timed, and the thread count changes no
-    number of the run: checked bit for bit on this project's CPU). A compiled recipe does not
-    adapt: torch.compile's kernels are built for the thread count they were compiled at (measured
-    here: 26 ms a step at 2 threads, 114 ms at 1 after compiling at 2), so its count is the one
-    chosen before training."""
-    counts = range(1, (os.cpu_count() or 1) + 1)
-    if not adapt or steps <= PROBE_STEPS * len(counts):
-        torch.set_num_threads(threads)
-        trainer.fit(steps=steps)
-        return threads
-    per_step = {}
-    for n in sorted(counts, key=lambda n: n != threads):
-        torch.set_num_threads(n)
-        start = trainer.elapsed
-        trainer.fit(steps=PROBE_STEPS)
-        per_step[n] = trainer.elapsed - start
-    best = min(per_step, key=per_step.get)
-    torch.set_num_threads(best)
-    trainer.fit(steps=steps - PROBE_STEPS * len(per_step))
-    return best
-
-
-def train_seed(names: list[str], seed: int, vocab_size: int, train_ids, val_ids, args,
-               model_over: dict, train_over: dict, threads: dict[str, int]) -> dict:
-    """Train the recipes ``names`` with one seed, interleaved in chunks of 100 steps (so that
-    their speeds are measured under the same machine load); return each one's result. With
-    ``--threads auto`` each chunk picks its thread count again (:func:`train_chunk`).
-
-    Every ``args.eval_every`` steps, until a recipe's loss on the whole validation split reaches
-    ``args.target``, the recipe is evaluated (the evaluation is outside the timed training, and
-    it changes nothing in the run: no random numbers, no weights); ``time_to_target_s`` is the
-    training time up to the first evaluation at or below the target (None if none was)."""
-    # --set applies to the first recipe named.
-    trainers = {name: build_trainer(name, seed, vocab_size, train_ids, val_ids, args,
-                                    model_over if name == names[0] else {},
-                                    train_over if name == names[0] else {})
-                for name in names}
-    # torch.compile's compilation (a recipe with compile=True) happens here, before the clock, as
-    # in the speedruns' rules; its seconds are reported beside the training time (COMPILE_S).
-    for name, trainer in trainers.items():
-        compile_before_the_clock(name, trainer)
-    chunk = args.eval_every or (100 if len(names) > 1 else 250)
-    threads = dict(threads)  # updated chunk by chunk with --threads auto
-    used = {name: [] for name in names}  # the thread count of each chunk
-    curves = {name: [] for name in names}  # (step, training seconds, val loss) until the target
-    reached = dict.fromkeys(names)
-    while any(t.step < args.steps for t in trainers.values()):
-        for name, trainer in trainers.items():
-            if trainer.step >= args.steps:
-                continue
-            threads[name] = train_chunk(trainer, min(chunk, args.steps - trainer.step), threads[name],
-                                        adapt=args.threads == "auto" and not trainer.config.compile)
-            used[name].append(threads[name])
-            recent = trainer.history["train_loss"][-chunk:]
-            print(f"seed {seed} {name:8s} step {trainer.step:5d}  train_loss {sum(recent) / len(recent):.4f}  "
-                  f"lr {trainer.history['lr'][-1]:.2e}  "
-                  f"{trainer.tokens_seen / trainer.elapsed:,.0f} tok/s  load {os.getloadavg()[0]:.2f}",
-                  flush=True)
-            if args.eval_every and reached[name] is None and trainer.step < args.steps:
-                val = round(trainer.evaluate()["val_loss"], 4)
-                curves[name].append([trainer.step, round(trainer.elapsed, 2), val])
-                if val <= args.target:
-                    reached[name] = curves[name][-1]
-                print(f"seed {seed} {name:8s} step {trainer.step:5d}  val_loss {val:.4f}", flush=True)
-    runs = {}
-    for name, trainer in trainers.items():
-        torch.set_num_threads(threads[name])
-        t_eval = time.perf_counter()
-        val = trainer.evaluate()
-        eval_s = time.perf_counter() - t_eval
-        final = round(val["val_loss"], 4)
-        if args.eval_every and reached[name] is None:
-            curves[name].append([trainer.step, round(trainer.elapsed, 2), final])
-            if final <= args.target:
-                reached[name] = curves[name][-1]
-        runs[name] = {"val_loss": final, "params": trainer.model.num_parameters(),
-                      "train_tokens": trainer.tokens_seen, "steps": trainer.step,
-                      "tokens_per_s": round(trainer.tokens_seen / trainer.elapsed),
-                      "train_s": round(trainer.elapsed, 1), "eval_s": round(eval_s, 1),
-                      "time_s": round(trainer.elapsed + eval_s, 1),
-                      "threads_per_chunk": used[name],
-                      "time_to_target_s": reached[name][1] if reached[name] else None,
-                      "steps_to_target": reached[name][0] if reached[name] else None,
-                      "val_curve": curves[name]}
-        print(f"seed {seed} {name:8s} val_loss {runs[name]['val_loss']:.4f}  time to {args.target}: "
-              f"{runs[name]['time_to_target_s']} s", flush=True)
-    return runs
 
 
 # What each ingredient of the record costs: the recipe with that one ingredient taken out.
@@ -403,23 +194,10 @@ def profile(names: list[str], steps: int, vocab_size: int, train_ids, val_ids, a
     return out
 
 
-def summarise(per_seed: list[dict], name: str) -> dict:
-    """One recipe over the seeds: lists per seed, and the mean and sample sd of the loss."""
-    runs = [r[name] for r in per_seed]
-    losses = [r["val_loss"] for r in runs]
-    out = {key: [r[key] for r in runs] for key in ("val_loss", "tokens_per_s", "train_s", "eval_s", "time_s",
-                                                   "time_to_target_s", "steps_to_target", "val_curve",
-                                                   "threads_per_chunk")}
-    out.update(mean=round(statistics.fmean(losses), 4),
-               sd=round(statistics.stdev(losses), 4) if len(losses) > 1 else None,
-               params=runs[0]["params"], train_tokens=runs[0]["train_tokens"], steps=runs[0]["steps"])
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default="python-docs", help="'python-docs', 'tinyshakespeare' or a path")
-    parser.add_argument("--recipe", nargs="+", action="extend", default=None, type=recipe_variant,
+    parser.add_argument("--recipe", nargs="+", action="extend", default=None, type=recipe_arg,
                         help="the recipe(s) to train: 'ours' (the course's, AdamW), 'record' (Muon and "
                              "the speedrun's ingredients) or 'baseline' (nanoGPT's CPU recipe), or a variant "
                              "NAME+FIELD=VALUE[+...] (e.g. record+sampling=random); default: ours")
@@ -458,10 +236,21 @@ def main() -> None:
         names.append("baseline")
     if args.compare and len(names) < 2:
         raise SystemExit("--compare trains the baseline next to another recipe; name one with --recipe")
-    model_over, train_over = parse_overrides(args.set)
-
+    try:
+        model_over, train_over = parse_overrides(args.set)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    if not args.profile:
+        seeds = [args.seed + i for i in range(args.seeds)]
+        try:
+            out = run_compare(names, args.corpus, seeds, args, model_over, train_over)
+        except ValueError as err:  # a --set that the model or the budget refuses
+            raise SystemExit(str(err)) from None
+        print(json.dumps(out))
+        if args.save:
+            save_result(out, args.save)
+        return
     load_start = os.getloadavg()
-    t_start = time.perf_counter()
     text = load_corpus(args.corpus)
     tokenizer = CharacterTokenizer.from_text(text)
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
@@ -473,55 +262,13 @@ def main() -> None:
         threads = choose_threads(names, tokenizer.vocab_size, train_ids, val_ids, args, model_over, train_over)
     else:
         threads = dict.fromkeys(names, args.threads)
-    if args.profile:
-        prof = profile(names, args.profile, tokenizer.vocab_size, train_ids, val_ids, args, model_over,
-                       train_over, threads)
-        out = {"benchmark": "train_budget_profile", "corpus": args.corpus, "steps": args.profile,
-               "ms_per_step": {name: prof[name]["ms_per_step"] for name in names}, "recipes": prof,
-               "threads": threads, "cpu_bf16": cpu_has_bf16(), "cpu": cpu_name(),
-               "loadavg": [round(x, 2) for x in os.getloadavg()],
-               "overrides": {**model_over, **train_over}, "torch": torch.__version__}
-        print(json.dumps(out))
-        if args.save:
-            save_result(out, args.save)
-        return
-    seeds = [args.seed + i for i in range(args.seeds)]
-    per_seed = [train_seed(names, seed, tokenizer.vocab_size, train_ids, val_ids, args, model_over, train_over,
-                           threads) for seed in seeds]
-    out = {"benchmark": "train_budget", "corpus": args.corpus, "val_windows": (len(val_ids) - 1) // BLOCK,
-           "recipes": names, "seeds": seeds}
-    for name in names:
-        out[name] = summarise(per_seed, name)
-    if "baseline" in names:
-        out["speed_ratio"] = {name: [round(r[name]["tokens_per_s"] / r["baseline"]["tokens_per_s"], 3)
-                                     for r in per_seed] for name in names if name != "baseline"}
-        # the speedrun: time to the target against the baseline's whole training time, per seed
-        out["time_to_target_ratio"] = {
-            name: [round(r[name]["time_to_target_s"] / r["baseline"]["train_s"], 3)
-                   if r[name]["time_to_target_s"] is not None else None for r in per_seed]
-            for name in names if name != "baseline"}
-        out["train_time_ratio"] = {name: [round(r[name]["train_s"] / r["baseline"]["train_s"], 3)
-                                          for r in per_seed] for name in names if name != "baseline"}
-        # the same with torch.compile's compilation counted (0 s for a recipe without it)
-        out["train_time_ratio_with_compile"] = {
-            name: [round((r[name]["train_s"] + COMPILE_S.get(name, 0.0)) / r["baseline"]["train_s"], 3)
-                   for r in per_seed]
-            for name in names if name != "baseline"}
-    # The rule for a new record: the first recipe named against each other one, over the seeds
-    # of this interleaved run: the exact one-sided permutation test of the losses (p < 0.01 with
-    # >= 5 seeds each to count) and the ratio of the summed training times.
-    first = names[0]
-    out["versus"] = {other: {"mean_diff": round(out[first]["mean"] - out[other]["mean"], 4),
-                             "p_value": round(permutation_p_value(out[first]["val_loss"], out[other]["val_loss"]), 4),
-                             "train_time_ratio": round(sum(out[first]["train_s"]) / sum(out[other]["train_s"]), 3)}
-                     for other in names[1:]}
-    out.update({"compile_s": {name: round(COMPILE_S.get(name, 0.0), 1) for name in names},
-                "target": args.target, "eval_every": args.eval_every,
-                "wall_s": round(time.perf_counter() - t_start, 1), "threads": threads,
-                "cpu_bf16": cpu_has_bf16(), "cpu": cpu_name(),
-                "loadavg_start": [round(x, 2) for x in load_start],
-                "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-                "overrides": {**model_over, **train_over}, "torch": torch.__version__})
+    prof = profile(names, args.profile, tokenizer.vocab_size, train_ids, val_ids, args, model_over,
+                   train_over, threads)
+    out = {"benchmark": "train_budget_profile", "corpus": args.corpus, "steps": args.profile,
+           "ms_per_step": {name: prof[name]["ms_per_step"] for name in names}, "recipes": prof,
+           "threads": threads, "cpu_bf16": cpu_has_bf16(), "cpu": cpu_name(),
+           "loadavg": [round(x, 2) for x in os.getloadavg()],
+           "overrides": {**model_over, **train_over}, "torch": torch.__version__}
     print(json.dumps(out))
     if args.save:
         save_result(out, args.save)

@@ -34,6 +34,7 @@ EPILOG = """examples:
   python -m fundamentallm generate --prompt "def "   # sample from runs/latest
   python -m fundamentallm evaluate                   # full validation loss of runs/latest
   python -m fundamentallm doctor                     # versions, device, chapter imports
+  python -m fundamentallm record try record+lr=4e-3  # your recipe against the record, by the rule
   torchrun --standalone --nproc_per_node 2 -m fundamentallm train --ddp
 
 exit codes: 0 done, 1 training diverged, 2 bad input or unreadable file, 130 interrupted (Ctrl-C)"""
@@ -59,7 +60,7 @@ def _build_parser(recipe: Optional[str] = None, given_only: bool = False) -> arg
     the flags the user gave."""
     parser = argparse.ArgumentParser(prog="python -m fundamentallm", description=__doc__.split("\n\n")[0],
                                      epilog=EPILOG, formatter_class=Formatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,generate,evaluate,doctor,prepare,sft,dpo,grpo}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,generate,evaluate,doctor,prepare,sft,dpo,grpo,record}")
 
     train = sub.add_parser("train", help="train a language model on a corpus", formatter_class=Formatter,
                            description="Train a language model; checkpoints go to --out every "
@@ -138,6 +139,8 @@ def _build_parser(recipe: Optional[str] = None, given_only: bool = False) -> arg
 
     from .posttrain_cli import add_parsers  # sft, dpo, grpo (chapter 15)
     add_parsers(sub)
+    from .record_cli import add_parsers as add_record  # record try (the records page)
+    add_record(sub)
     if recipe is not None:
         train.set_defaults(**recipe_defaults(recipe))
     if given_only:
@@ -247,6 +250,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 "prepare": cmd_prepare}
     from .posttrain_cli import COMMANDS, cmd_post
     commands.update(dict.fromkeys(COMMANDS, cmd_post))
+    from .record_cli import cmd_record
+    commands["record"] = cmd_record
     try:
         result = commands[args.command](args)
     except CommandError as err:
