@@ -389,3 +389,10 @@ def compute_optimal_size(runs, budget):
     a, ln_k = statistics.linear_regression(x, y)
     return math.exp(ln_k + a * math.log(budget))
 """, call="compute_optimal_size", message=r"not to use statistics.linear_regression")
+
+wrong_answer("check_smoothed_loss_floor", "method", "a vectorised grid over the true logit's margin (close, not exact)", """
+def smoothed_loss_floor(V, eps):
+    a = np.linspace(-5.0, 60.0, 2_000_001)  # the true logit's margin, the others 0
+    lse = np.logaddexp(a, np.log(V - 1))
+    return float((-(1 - eps + eps / V) * (a - lse) + (V - 1) * (eps / V) * lse).min())
+""", call="smoothed_loss_floor", message=r"only approaches the minimum")
