@@ -123,7 +123,8 @@ def train_one(data, d_model, budget, role, lr_mult=1.0, seed=0):
             "n_total": counts["total"], "tokens": tokens, "steps": steps, "lr": lr, "lr_mult": lr_mult,
             "seed": seed, "flops_6nd": 6 * counts["non_embedding"] * tokens,
             "flops_counted": per_token["total"] * tokens, "epochs": tokens / len(train_ids),
-            "val_loss": loss, "cpu_s": cpu_seconds() - c0, "wall_s": time.perf_counter() - t0}
+            "val_loss": loss, "cpu_s": cpu_seconds() - c0, "wall_s": time.perf_counter() - t0,
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}  # (runs before 2026-12-07 lack it)
 
 
 def key(run):
@@ -272,6 +273,18 @@ def main() -> None:
         for r in (r for r in store["runs"] if r["role"] == "heldout"):
             pr = store["prediction"]["runs"][str(r["d_model"])]["loss_approach3"]
             print(f"held-out d={r['d_model']}: predicted {pr:.4f}, measured {r['val_loss']:.4f} "
+                  f"({100 * (pr - r['val_loss']) / r['val_loss']:+.2f} %)")
+        # diagnoses, after the held-out runs (not predictions): N counted with the embedding, and
+        # approach 3 without the runs too short to leave warmup behind
+        runs = sweep_runs(store)
+        a2t = fits.approach2([dict(r, n_non_embedding=r["n_total"]) for r in runs], n_boot=0)
+        print(f"approach 2 with N counted with the embedding: a = {a2t['n_opt']['coef'][1]:.3f}")
+        long = fits.approach3([r for r in runs if r["steps"] >= 100], n_boot=0, starts=5)["params"]
+        print(f"approach 3 without the {sum(r['steps'] < 100 for r in runs)} runs under 100 steps: "
+              f"a = {long['a']:.3f}, N_opt({HELDOUT_BUDGET:.0e}) = {fits.chinchilla_optimum(HELDOUT_BUDGET, long)[0]:,.0f}")
+        for r in (r for r in store["runs"] if r["role"] == "heldout"):
+            pr = fits.chinchilla_loss(r["n_non_embedding"], r["tokens"], long)
+            print(f"  held-out d={r['d_model']}: {pr:.4f} vs {r['val_loss']:.4f} "
                   f"({100 * (pr - r['val_loss']) / r['val_loss']:+.2f} %)")
         if args.save:
             store["fits"] = {"approach2": a2, "approach3": a3, "n_boot": args.n_boot}

@@ -88,6 +88,8 @@ def _approach2_point(groups) -> dict:
         budgets.append(C)
         n_opt.append(n)
         l_min.append(loss)
+    if min(l_min) <= 0:  # a resample whose parabola dips below zero loss: no usable minimum
+        raise ValueError("an IsoFLOP parabola's minimum loss is not positive")
     d_opt = [C / (6 * n) for C, n in zip(budgets, n_opt)]
     return {"budgets": budgets, "n_opt_at": n_opt, "d_opt_at": d_opt, "loss_min_at": l_min,
             "n_opt": {"coef": fit_power_law(budgets, n_opt)},

@@ -99,3 +99,17 @@ def test_the_stored_sweep_has_an_interior_minimum_at_every_budget():
         assert len(rs) >= 5 and 0 < losses.index(min(losses)) < len(rs) - 1, C
         for r in rs:  # each run spent its budget: C = 6 N D to within one step's rounding
             assert r["flops_6nd"] == pytest.approx(C, rel=0.5 * 6 * r["n_non_embedding"] * 512 / C + 1e-9)
+
+
+def test_approach2_bootstrap_rejects_resamples_without_a_positive_minimum():
+    """With N counted with the embedding, some resamples of the stored sweep give a parabola whose
+    minimum loss is negative: they are rejected (no log of a negative number), and the intervals
+    stay finite."""
+    runs = [dict(r, n_non_embedding=r["n_total"]) for r in load("scaling")["runs"]
+            if r["role"] == "sweep" and r["lr_mult"] == 1.0 and r["seed"] == 0]
+    with np.errstate(invalid="raise"):
+        fit = scaling.approach2(runs, n_boot=200, seed=0)
+    assert fit["n_boot"] == 200 and fit["rejected"] > 0
+    assert all(math.isfinite(v) for name in ("n_opt", "d_opt", "loss_min") for v in fit[name]["ci"])
+    with pytest.raises(ValueError, match="not positive"):
+        scaling.approach2([dict(r, val_loss=r["val_loss"] - 3.0) for r in runs], n_boot=0)

@@ -256,7 +256,7 @@ predicted_changes = [-1e-3 * g for g in (1e3, 1e-6, 1e-9)]
 
 wrong_answer("check_adam_first_step", "mistake", "-lr * sign(g): forgets eps", """
 predicted_changes = [-1e-3, -1e-3, -1e-3]
-""", call="predicted_changes", message=r"gradient 1e-09: .*eps")
+""", call="predicted_changes", message=r"gradient 1e-0[69]: .*eps")
 
 wrong_answer("check_adam_first_step", "mistake", "without bias correction: sqrt(1 - b2) / (1 - b1) too small", """
 predicted_changes = [-1e-3 * 0.1 * g / (0.1 * abs(g) * 10 + 1e-8) for g in (1e3, 1e-6, 1e-9)]
@@ -326,3 +326,73 @@ def smoothed_loss_floor(V, eps):
     q[0] += 1 - eps
     return F.cross_entropy(q.clamp_min(1e-300).log()[None], torch.tensor([0]), label_smoothing=eps).item()
 """, call="smoothed_loss_floor", message=r"not to use torch.nn.functional.cross_entropy")
+
+wrong_answer("check_cross_entropy_grad", "method", "a central finite difference of the stable loss (a test, not a derivation)", """
+def cross_entropy_grad(logits, targets, ignore_index=-100):
+    z, keep = logits.double(), targets != ignore_index
+    def loss(z):
+        zk = z[keep]
+        m = zk.amax(-1, keepdim=True)
+        lse = m[:, 0] + torch.log(torch.exp(zk - m).sum(-1))
+        return (lse - zk[torch.arange(len(zk)), targets[keep]]).mean().item()
+    g, h = torch.zeros_like(z), 1e-5
+    for i in range(z.shape[0]):
+        for j in range(z.shape[1]):
+            up, down = z.clone(), z.clone()
+            up[i, j] += h
+            down[i, j] -= h
+            g[i, j] = (loss(up) - loss(down)) / (2 * h)
+    return g.to(logits.dtype)
+""", call="cross_entropy_grad", message=r"not equal to float64 rounding")
+
+wrong_answer("check_smoothed_loss_floor", "method", "a golden-section search over the true logit's margin", """
+def smoothed_loss_floor(V, eps):
+    def loss(a):  # true logit a, the V - 1 others 0
+        lse = max(a, 0.0) + math.log(math.exp(a - max(a, 0.0)) + (V - 1) * math.exp(-max(a, 0.0)))
+        return -(1 - eps + eps / V) * (a - lse) - (V - 1) * (eps / V) * (0.0 - lse)
+    lo, hi, r = -5.0, 40.0, (math.sqrt(5) - 1) / 2
+    for _ in range(80):
+        m1, m2 = hi - r * (hi - lo), lo + r * (hi - lo)
+        if loss(m1) < loss(m2):
+            hi = m2
+        else:
+            lo = m1
+    return loss((lo + hi) / 2)
+""", call="smoothed_loss_floor", message=r"lines of Python")
+
+wrong_answer("check_adam_first_step", "mistake", "eps neglected for the gradient 1e-6 (1% off)", """
+predicted_changes = [-1e-3, -1e-3, -1e-3 * 1e-9 / (1e-9 + 1e-8)]
+""", call="predicted_changes", message=r"gradient 1e-06: .*eps")
+
+wrong_answer("check_fit_power_law", "method", "the standard library's statistics.linear_regression", """
+import statistics
+def fit_power_law(sizes, losses):
+    slope, intercept = statistics.linear_regression([math.log(float(n)) for n in sizes],
+                                                    [math.log(float(v)) for v in losses])
+    return math.exp(intercept), -slope
+""", call="fit_power_law", message=r"not to use statistics.linear_regression")
+
+wrong_answer("check_compute_optimal_size", "method", "statistics.linear_regression for the line through the vertices", """
+import statistics
+def compute_optimal_size(runs, budget):
+    groups = {}
+    for r in runs:
+        groups.setdefault(r["budget"], []).append(r)
+    x, y = [], []
+    for C, rs in groups.items():
+        ln_n = np.log([r["n_non_embedding"] for r in rs])
+        loss = np.array([r["val_loss"] for r in rs], dtype=float)
+        M = np.stack([ln_n ** 2, ln_n, np.ones_like(ln_n)], 1)
+        p, q, _ = np.linalg.solve(M.T @ M, M.T @ loss)
+        x.append(math.log(C))
+        y.append(-q / (2 * p))
+    a, ln_k = statistics.linear_regression(x, y)
+    return math.exp(ln_k + a * math.log(budget))
+""", call="compute_optimal_size", message=r"not to use statistics.linear_regression")
+
+wrong_answer("check_smoothed_loss_floor", "method", "a vectorised grid over the true logit's margin (close, not exact)", """
+def smoothed_loss_floor(V, eps):
+    a = np.linspace(-5.0, 60.0, 2_000_001)  # the true logit's margin, the others 0
+    lse = np.logaddexp(a, np.log(V - 1))
+    return float((-(1 - eps + eps / V) * (a - lse) + (V - 1) * (eps / V) * lse).min())
+""", call="smoothed_loss_floor", message=r"only approaches the minimum")
