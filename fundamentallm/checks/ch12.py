@@ -197,10 +197,29 @@ def _ch12_framed_accuracy(frame: Callable) -> dict:
     return {op: correct[torch.tensor([o == op for o in task.val.operations])].mean().item() for op in OPERATIONS}
 
 
+def _ch12_padding_weight() -> float:
+    """The weight ``hidden.mean(dim=1)`` gives the padding, averaged over the chapter's test split."""
+    from ..data import digit_operations
+
+    test = digit_operations(n_train=6000, n_val=500, n_test=1000, min_len=2, max_len=6, seed=0).test
+    T = test.attention_mask.shape[1]
+    return float((T - test.attention_mask.sum(1)).double().mean() / T)
+
+
 @exercise_check
-def check_mean_pool(mean_pool: Callable) -> str:
-    """``mean_pool(hidden, attention_mask)`` -> ``(B, C)`` mean of the non-padding vectors,
+def check_mean_pool(mean_pool: Callable, predicted_padding: Any) -> str:
+    """``predicted_padding``: the weight that ``hidden.mean(dim=1)`` gives the padding positions,
+    averaged over the chapter's 1,000 test examples (padded to 10 tokens), within 0.002.
+    ``mean_pool(hidden, attention_mask)`` -> ``(B, C)`` mean of the non-padding vectors,
     compared with a per-row loop."""
+    require_prediction(predicted_padding, "predicted_padding", "a number between 0 and 1")
+    guess = number(predicted_padding, "predicted_padding")
+    truth = _ch12_padding_weight()
+    if not abs(guess - truth) <= 0.002:
+        raise CheckFailed(f"predicted_padding: {guess:g} is not right. Write hidden.mean(dim=1) of one row as "
+                          f"a weighted sum of its real and its padding vectors: how many of a k-digit "
+                          f"example's positions are real, and how many examples of each k does the test "
+                          f"split hold?")
     g = _ch12_rng(2)
     B, T, C = 4, 7, 5
     hidden = torch.randn(B, T, C, generator=g, dtype=torch.float64)
@@ -218,7 +237,8 @@ def check_mean_pool(mean_pool: Callable) -> str:
         expected = torch.stack([h[b][m[b].bool()].mean(dim=0) for b in range(h.shape[0])])
         check_shape(got, tuple(expected.shape), what=f"output for {what}")
         assert_same(got, expected, what=f"output for {what}")
-    return f"{len(cases)} masks: every row's mean over its real tokens matches"
+    return (f"{len(cases)} masks: every row's mean over its real tokens matches; hidden.mean(dim=1) would "
+            f"give the padding {truth:.4f} of the weight, averaged over the test split")
 
 
 def _ch12_mlm_call(mlm_mask: Callable, ids: torch.Tensor, seed: int, **kwargs):

@@ -83,18 +83,31 @@ def frame(op, digits):
 wrong_answer("check_mean_pool", "mistake", "hidden.mean(dim=1): padding averaged in", """
 def mean_pool(hidden, mask):
     return hidden.mean(dim=1)
-""", call="mean_pool", message=r"output for")
+""", call="mean_pool, 0.1413", message=r"output for")
 
 wrong_answer("check_mean_pool", "mistake", "masks the padding but divides by T", """
 def mean_pool(hidden, mask):
     return (hidden * mask.to(hidden.dtype).unsqueeze(-1)).sum(1) / hidden.shape[1]
-""", call="mean_pool", message=r"output for")
+""", call="mean_pool, 0.1413", message=r"output for")
 
 wrong_answer("check_mean_pool", "edge", "assumes the padding is at the end (counts a prefix)", """
 def mean_pool(hidden, mask):
     n = mask.long().sum(1)
     return torch.stack([hidden[b, :int(n[b])].mean(0) for b in range(hidden.shape[0])])
-""", call="mean_pool", message=r"padding in the middle")
+""", call="mean_pool, 0.1413", message=r"padding in the middle")
+
+_MEAN = """
+def mean_pool(hidden, mask):
+    keep = mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * keep).sum(1) / keep.sum(1)
+"""
+
+wrong_answer("check_mean_pool", "mistake", "predicts the padding's weight as if a k-digit example had k real tokens",
+             _MEAN, call="mean_pool, 0.5413",
+             message=r"predicted_padding: .* not right")
+
+wrong_answer("check_mean_pool", "edge", "averages the padding weight over the five lengths, not over the examples",
+             _MEAN, call="mean_pool, 0.2", message=r"predicted_padding: .* not right")
 
 _EXACT = """
 def exact(input_ids, seed, mask_id=2, vocab_size=20, special_ids=(0, 1), select_prob=0.15, *, uniform=True):
