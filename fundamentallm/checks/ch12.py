@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+import random
 from typing import Any, Callable
 
 import torch
@@ -49,7 +51,10 @@ def check_apply_operation(apply_operation: Callable) -> str:
             raise CheckFailed(f"{op} {digits}: your function changed the caller's list to {given} "
                               f"(sorting in place?); work on a copy")
         expected = _ch12_answer(op, digits)
-        if got is None or isinstance(got, bool) or int(got) != expected:
+        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
+            raise CheckFailed(f"{op} ( {' '.join(map(str, digits))} ): got {got!r} of type {type(got).__name__}; "
+                              f"the answer is a digit as an int, not a token string, a float or a tensor")
+        if int(got) != expected:
             raise CheckFailed(f"{op} ( {' '.join(map(str, digits))} ): expected {expected}, got {got!r}")
     task = digit_operations(n_train=500, n_val=0, n_test=0, min_len=2, max_len=8, seed=12)
     split = task.train
@@ -61,9 +66,11 @@ def check_apply_operation(apply_operation: Callable) -> str:
     try:
         apply_operation("Median", [1, 2, 3])
     except ValueError as e:
-        if "Median" not in str(e):
-            raise CheckFailed(f"the ValueError for an unknown operation should name it ('Median'); "
-                              f"the message was: {e}") from None
+        missing = [name for name in ("Median", *_CH12_OPS) if name not in str(e)]
+        if missing:
+            raise CheckFailed(f"the ValueError for an unknown operation should name it ('Median') and the "
+                              f"allowed operations; the message was {str(e)!r}, without "
+                              f"{', '.join(map(repr, missing))}") from None
     else:
         raise CheckFailed("apply_operation('Median', [1, 2, 3]) should raise ValueError naming the "
                           "operation and the allowed ones")
@@ -190,10 +197,29 @@ def _ch12_framed_accuracy(frame: Callable) -> dict:
     return {op: correct[torch.tensor([o == op for o in task.val.operations])].mean().item() for op in OPERATIONS}
 
 
+def _ch12_padding_weight() -> float:
+    """The weight ``hidden.mean(dim=1)`` gives the padding, averaged over the chapter's test split."""
+    from ..data import digit_operations
+
+    test = digit_operations(n_train=6000, n_val=500, n_test=1000, min_len=2, max_len=6, seed=0).test
+    T = test.attention_mask.shape[1]
+    return float((T - test.attention_mask.sum(1)).double().mean() / T)
+
+
 @exercise_check
-def check_mean_pool(mean_pool: Callable) -> str:
-    """``mean_pool(hidden, attention_mask)`` -> ``(B, C)`` mean of the non-padding vectors,
+def check_mean_pool(mean_pool: Callable, predicted_padding: Any) -> str:
+    """``predicted_padding``: the weight that ``hidden.mean(dim=1)`` gives the padding positions,
+    averaged over the chapter's 1,000 test examples (padded to 10 tokens), within 0.002.
+    ``mean_pool(hidden, attention_mask)`` -> ``(B, C)`` mean of the non-padding vectors,
     compared with a per-row loop."""
+    require_prediction(predicted_padding, "predicted_padding", "a number between 0 and 1")
+    guess = number(predicted_padding, "predicted_padding")
+    truth = _ch12_padding_weight()
+    if not abs(guess - truth) <= 0.002:
+        raise CheckFailed(f"predicted_padding: {guess:g} is not right. Write hidden.mean(dim=1) of one row as "
+                          f"a weighted sum of its real and its padding vectors: how many of a k-digit "
+                          f"example's positions are real, and how many examples of each k does the test "
+                          f"split hold?")
     g = _ch12_rng(2)
     B, T, C = 4, 7, 5
     hidden = torch.randn(B, T, C, generator=g, dtype=torch.float64)
@@ -211,7 +237,8 @@ def check_mean_pool(mean_pool: Callable) -> str:
         expected = torch.stack([h[b][m[b].bool()].mean(dim=0) for b in range(h.shape[0])])
         check_shape(got, tuple(expected.shape), what=f"output for {what}")
         assert_same(got, expected, what=f"output for {what}")
-    return f"{len(cases)} masks: every row's mean over its real tokens matches"
+    return (f"{len(cases)} masks: every row's mean over its real tokens matches; hidden.mean(dim=1) would "
+            f"give the padding {truth:.4f} of the weight, averaged over the test split")
 
 
 def _ch12_mlm_call(mlm_mask: Callable, ids: torch.Tensor, seed: int, **kwargs):
@@ -290,6 +317,19 @@ def check_mlm_mask_exact(mlm_mask_exact: Callable, predicted_empty: Any) -> str:
     near("fraction of selected tokens replaced by mask_id", int(to_mask.sum()) / n_sel, 0.8, n_sel)
     near("fraction of selected tokens left unchanged", int(kept.sum()) / n_sel, 0.1, n_sel, 0.01)
     near("fraction of selected tokens replaced by a random token", int(other.sum()) / n_sel, 0.1, n_sel, 0.01)
+    # The replacement is drawn from all of range(vocab_size), the original token included: with a
+    # vocabulary of 4 (one ordinary token) a quarter of the random draws leave the token unchanged.
+    tiny = torch.full((4000, 21), 3)
+    tiny[:, 0] = cls
+    tiny_out, tiny_lab = _ch12_mlm_call(mlm_mask_exact, tiny, 5, mask_id=2, vocab_size=4, special_ids=(0, 1, 2),
+                                        select_prob=0.15)
+    tiny_sel = tiny_lab != -100
+    n_tiny = int(tiny_sel.sum())
+    kept_share = int((tiny_sel & (tiny_out == tiny)).sum()) / n_tiny
+    if not abs(kept_share - 0.125) <= 5 * math.sqrt(0.125 * 0.875 / n_tiny):
+        raise CheckFailed(f"vocab_size=4, every ordinary token 3: {kept_share:.3f} of the selected tokens are "
+                          f"unchanged. Is your random replacement drawn uniformly from all of "
+                          f"range(vocab_size), as the statement asks, whatever the original token is?")
     # Uniform over the eligible positions: rows of 20 eligible tokens, 3 selected each.
     full = torch.randint(6, V, (3000, 21), generator=g)
     full[:, 0] = cls
@@ -386,6 +426,7 @@ def check_sum_examples(sum_examples: Callable) -> str:
     lo = int(torch.randint(4, 6, (1,), generator=g))  # 4 or 5: not the default, and few repeats
     hi = lo + 3
     n = 2000
+    state = random.getstate()
     examples = _ch12_sum_call(sum_examples, n, seed_a, lo, hi)
     if len(set(examples)) != n:
         raise CheckFailed(f"sum_examples({n}, {seed_a}, min_len={lo}, max_len={hi}): "
@@ -407,7 +448,13 @@ def check_sum_examples(sum_examples: Callable) -> str:
     if not first_zero >= 0.05:  # 0.1 expected, standard deviation about 0.007
         raise CheckFailed(f"only {first_zero:.1%} of the examples start with the digit 0: the digits are a "
                           f"list, not a number, so a 0 may come first as often as any digit")
-    if _ch12_sum_call(sum_examples, n, seed_a, lo, hi) != examples:
+    again = _ch12_sum_call(sum_examples, n, seed_a, lo, hi)
+    if random.getstate() != state:
+        random.setstate(state)
+        raise CheckFailed("your function changed the state of Python's global random generator (random.seed, "
+                          "random.randint ...): draw every number from your own random.Random(seed), which "
+                          "leaves the caller's random numbers alone")
+    if again != examples:
         raise CheckFailed("the same seed gave two different lists: draw every random number from a "
                           "generator made from the seed, not from a global one")
     if _ch12_sum_call(sum_examples, 200, seed_b, lo, hi) == examples[:200]:

@@ -29,6 +29,22 @@ def apply_operation(op, digits):
             "Min": min(digits)}.get(op)
 """, call="apply_operation", message=r"returned None")
 
+wrong_answer("check_apply_operation", "value", "returns the answer as a token string, '5', not the int 5", """
+def apply_operation(op, digits):
+    if op not in ("First", "Second", "Last", "Max", "Min"):
+        raise ValueError(f"op={op!r}; allowed First, Second, Last, Max, Min")
+    return str({"First": digits[0], "Second": digits[1], "Last": digits[-1], "Max": max(digits),
+                "Min": min(digits)}[op])
+""", call="apply_operation", message=r"the answer is a digit as an int")
+
+wrong_answer("check_apply_operation", "mistake", "a ValueError that names the operation but not the allowed ones", """
+def apply_operation(op, digits):
+    rules = {"First": lambda d: d[0], "Second": lambda d: d[1], "Last": lambda d: d[-1], "Max": max, "Min": min}
+    if op not in rules:
+        raise ValueError(f"unknown operation {op!r}")
+    return rules[op](digits)
+""", call="apply_operation", message=r"and the allowed operations")
+
 wrong_answer("check_decoder_framing", "method", "the chapter's own framing, unchanged: lossless, but not solved", """
 def frame(op, digits):
     return [op, "(", *[str(d) for d in digits], ")"]
@@ -67,18 +83,31 @@ def frame(op, digits):
 wrong_answer("check_mean_pool", "mistake", "hidden.mean(dim=1): padding averaged in", """
 def mean_pool(hidden, mask):
     return hidden.mean(dim=1)
-""", call="mean_pool", message=r"output for")
+""", call="mean_pool, 0.1413", message=r"output for")
 
 wrong_answer("check_mean_pool", "mistake", "masks the padding but divides by T", """
 def mean_pool(hidden, mask):
     return (hidden * mask.to(hidden.dtype).unsqueeze(-1)).sum(1) / hidden.shape[1]
-""", call="mean_pool", message=r"output for")
+""", call="mean_pool, 0.1413", message=r"output for")
 
 wrong_answer("check_mean_pool", "edge", "assumes the padding is at the end (counts a prefix)", """
 def mean_pool(hidden, mask):
     n = mask.long().sum(1)
     return torch.stack([hidden[b, :int(n[b])].mean(0) for b in range(hidden.shape[0])])
-""", call="mean_pool", message=r"padding in the middle")
+""", call="mean_pool, 0.1413", message=r"padding in the middle")
+
+_MEAN = """
+def mean_pool(hidden, mask):
+    keep = mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * keep).sum(1) / keep.sum(1)
+"""
+
+wrong_answer("check_mean_pool", "mistake", "predicts the padding's weight as if a k-digit example had k real tokens",
+             _MEAN, call="mean_pool, 0.5413",
+             message=r"predicted_padding: .* not right")
+
+wrong_answer("check_mean_pool", "edge", "averages the padding weight over the five lengths, not over the examples",
+             _MEAN, call="mean_pool, 0.2", message=r"predicted_padding: .* not right")
 
 _EXACT = """
 def exact(input_ids, seed, mask_id=2, vocab_size=20, special_ids=(0, 1), select_prob=0.15, *, uniform=True):
@@ -126,6 +155,11 @@ def global_rng(input_ids, seed, *args, **kwargs):
 """, call="global_rng, 0.85 ** 5", message=r"same seed gave different results")
 
 wrong_answer("check_mlm_mask_exact", "value", "a NaN prediction", _EXACT, call="exact, float('nan')", message=r"is nan: the answer is a finite number")
+
+wrong_answer("check_mlm_mask_exact", "mistake", "the random replacement is never the original token", _EXACT.replace(
+    "rand = torch.randint(vocab_size, shape, generator=g)",
+    "rand = (input_ids + 1 + torch.randint(vocab_size - 1, shape, generator=g)) % vocab_size"),
+             call="exact, 0.85 ** 5", message=r"all of\s+range\(vocab_size\)")
 
 wrong_answer("check_mlm_shares", "mistake", "the rule's 80/10/10, ignoring that a random draw can hit <mask> or the original", """
 def shares(vocab_size, mask_prob=0.8, random_prob=0.1):
@@ -178,6 +212,19 @@ wrong_answer("check_sum_examples", "edge", "randrange(min_len, max_len): max_len
 def short(n, seed, min_len=2, max_len=6):
     return sum_examples(n, seed, min_len, max_len, length=lambda r, lo, hi: r.randrange(lo, hi))
 """, call="short", message=r"both ends included")
+
+wrong_answer("check_sum_examples", "method", "seeds Python's global generator instead of its own random.Random(seed)", """
+import random
+def sum_examples(n, seed, min_len=2, max_len=6):
+    random.seed(seed)
+    seen, out = set(), []
+    while len(out) < n:
+        d = tuple(random.randrange(10) for _ in range(random.randint(min_len, max_len)))
+        if d not in seen:
+            seen.add(d)
+            out.append(["Sum", "(", *map(str, d), ")", str(sum(d) % 10)])
+    return out
+""", call="sum_examples", message=r"global random generator")
 
 wrong_answer("check_sum_examples", "method", "reuses the package's generator for Max and renames the operation", """
 from fundamentallm.data import digit_operations
