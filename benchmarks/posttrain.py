@@ -32,6 +32,12 @@ import sys
 import time
 
 STAGES = ("base", "SFT", "LoRA", "SFT (short)", "DPO", "GRPO")
+# The recipe's numbers that are not command-line options, defined once here, used below and
+# stored in the result ("fixed"), so that a chapter can print what it states about the run.
+FIXED = {"d_model": 128, "num_heads": 4, "pretrain_lr": 3e-3, "sft_lr": 3e-3, "sft_batch": 128,
+         "short_questions": 200, "snapshot_every": 10, "lora_lr": 1e-2, "dpo_questions": 300,
+         "dpo_samples": 4, "dpo_batch": 32, "dpo_lr": 3e-5, "dpo_beta": 0.5, "grpo_questions": 32,
+         "grpo_group": 8, "grpo_lr": 1e-4, "grpo_kl": 0.04}
 
 
 def run_seed(seed: int, args: argparse.Namespace) -> dict:
@@ -48,7 +54,8 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     web = posttrain.web_corpus(splits["train"] * 4, seed=seed)
     tokenizer = CharacterTokenizer(set(web) | {posttrain.USER, posttrain.ASSISTANT, posttrain.END})
     template = posttrain.ChatTemplate(tokenizer)
-    config = TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=128, num_heads=4, num_layers=args.layers,
+    config = TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=FIXED["d_model"], num_heads=FIXED["num_heads"],
+                               num_layers=args.layers,
                                max_seq_len=16, pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False,
                                tie_weights=False)
     out: dict = {}
@@ -61,23 +68,25 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     base = Transformer(config)
     start = time.perf_counter()
     trainer = Trainer(base, torch.tensor(tokenizer.encode(web)), None,
-                      TrainConfig(lr=3e-3, max_steps=args.pretrain_steps, warmup_steps=min(20, args.pretrain_steps // 5), batch_size=32, block_size=16,
+                      TrainConfig(lr=FIXED["pretrain_lr"], max_steps=args.pretrain_steps, warmup_steps=min(20, args.pretrain_steps // 5), batch_size=32, block_size=16,
                                   weight_decay=0.0, device="cpu", progress=False, seed=seed))
     trainer.fit()
     record("base", base, time.perf_counter() - start, trainer.tokens_seen)
 
     sft = copy.deepcopy(base)
-    optimizer = posttrain.make_optimizer(sft, 3e-3)
+    optimizer = posttrain.make_optimizer(sft, FIXED["sft_lr"])
+    every = FIXED["snapshot_every"]
     start = time.perf_counter()
     tokens, short, short_seconds, short_tokens = 0, None, 0.0, 0
-    for first in range(0, args.sft_steps, 10):  # a snapshot every 10 steps until one is "short"
-        h = posttrain.train_sft(sft, template, splits["train"], min(first + 10, args.sft_steps), 128, seed=seed,
+    for first in range(0, args.sft_steps, every):  # a snapshot every `every` steps until one is "short"
+        h = posttrain.train_sft(sft, template, splits["train"], min(first + every, args.sft_steps),
+                                FIXED["sft_batch"], seed=seed,
                                 optimizer=optimizer, start_step=first, decay_steps=args.sft_steps)
         tokens += sum(h["tokens"])
-        if short is None and posttrain.evaluate(sft, template, splits["train"][:200],
+        if short is None and posttrain.evaluate(sft, template, splits["train"][:FIXED["short_questions"]],
                                                 verifier=verifier)["accuracy"] >= args.short_accuracy:
             short, short_seconds, short_tokens = copy.deepcopy(sft), time.perf_counter() - start, tokens
-            out["short_steps"] = min(first + 10, args.sft_steps)
+            out["short_steps"] = min(first + every, args.sft_steps)
     record("SFT", sft, time.perf_counter() - start, tokens)
     if short is None:
         raise SystemExit(f"seed {seed}: SFT never answered {args.short_accuracy:.0%} of the training questions")
@@ -89,15 +98,18 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     adapted.lm_head.weight.requires_grad_(True)  # the new end token's output row must be learned
     out["lora_trainable_fraction"] = adapted.num_parameters(trainable_only=True) / base.num_parameters()
     start = time.perf_counter()
-    h = posttrain.train_sft(adapted, template, splits["train"], args.sft_steps, 128, lr=1e-2, seed=seed,
+    h = posttrain.train_sft(adapted, template, splits["train"], args.sft_steps, FIXED["sft_batch"],
+                            lr=FIXED["lora_lr"], seed=seed,
                             decay_steps=args.sft_steps)
     record("LoRA", lora.merge_lora(adapted), time.perf_counter() - start, sum(h["tokens"]))
 
     questions = [q for q, _ in splits["train"]]
     policy = copy.deepcopy(short)
     start = time.perf_counter()
-    pairs = posttrain.preference_pairs(short, template, questions[:300], num_samples=4, seed=seed, verifier=verifier)
-    h = posttrain.train_dpo(policy, short, template, pairs, args.dpo_steps, 32, lr=3e-5, beta=0.5, seed=seed)
+    pairs = posttrain.preference_pairs(short, template, questions[:FIXED["dpo_questions"]],
+                                       num_samples=FIXED["dpo_samples"], seed=seed, verifier=verifier)
+    h = posttrain.train_dpo(policy, short, template, pairs, args.dpo_steps, FIXED["dpo_batch"], lr=FIXED["dpo_lr"],
+                            beta=FIXED["dpo_beta"], seed=seed)
     record("DPO", policy, time.perf_counter() - start, sum(h["tokens"]))
     out["dpo_pairs"] = len(pairs)
 
@@ -105,7 +117,8 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     # questions with a carry, the part of the skill the under-trained model lacks most, drawn more often
     questions = questions + [q for q in questions if posttrain.carries(*map(int, q.split("+")))] * (args.grpo_carry_weight - 1)
-    h = posttrain.train_grpo(policy, short, template, questions, args.grpo_steps, 32, 8, lr=1e-4, kl_coef=0.04,
+    h = posttrain.train_grpo(policy, short, template, questions, args.grpo_steps, FIXED["grpo_questions"],
+                             FIXED["grpo_group"], lr=FIXED["grpo_lr"], kl_coef=FIXED["grpo_kl"],
                              seed=seed, reward_fn=verifier)
     record("GRPO", policy, time.perf_counter() - start, sum(h["tokens"]))
     out["grpo_reward_first_last"] = [h["reward"][0], h["reward"][-1]]
@@ -178,7 +191,7 @@ def main(argv=None) -> dict:
                f"{os.getloadavg()[0]:.1f} at the end; {args.jobs} seed(s) at once, one torch thread each. "
                + (args.note or ""))
     result = {"benchmark": "posttrain", "stages": stages, "verdicts": verdicts, "seeds": args.seeds,
-              "settings": {k: v for k, v in vars(args).items() if k not in ("save", "note")},
+              "settings": {k: v for k, v in vars(args).items() if k not in ("save", "note")}, "fixed": FIXED,
               "per_seed": runs, "total_s": time.perf_counter() - start, "loadavg_start": load_start,
               "loadavg_end": os.getloadavg(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
               "machine": machine}

@@ -338,3 +338,18 @@ def dpo_gradients(beta, margin, h=1e-5):
     d = ((loss(m + beta * h) - loss(m - beta * h)) / (2 * h)).to(margin.dtype)
     return d, -d
 """, call="dpo_gradients", message=r"not to use torch.special.entr")
+
+wrong_answer("check_group_advantages", "mistake", "the 1e-4 under the square root, sqrt(var + 1e-4), not added to the std", """
+def group_advantages(rewards, group):
+    out = torch.empty_like(rewards)
+    for g in group.unique():
+        r = rewards[group == g]
+        out[group == g] = (r - r.mean()) / torch.sqrt(r.var() + 1e-4)
+    return out
+""", call="group_advantages", message=r"where the 1e-4 goes")
+
+wrong_answer("check_dpo_gradients", "edge", "sigma(-m) written exp(-m) / (1 + exp(-m)): inf / inf for a pair ranked wrong by a wide margin", """
+def dpo_gradients(beta, margin):
+    e = torch.exp(-margin)
+    return -beta * e / (1 + e), beta * e / (1 + e)
+""", call="dpo_gradients", message=r"compute the sigmoid stably")
