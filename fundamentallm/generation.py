@@ -285,24 +285,29 @@ def stream(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tempe
            top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
            use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
            truncate: bool = False, attention_mask: torch.Tensor | None = None,
-           sampling: SamplingConfig | None = None) -> Iterator[torch.Tensor]:
+           sampling: SamplingConfig | None = None, cache=None) -> Iterator[torch.Tensor]:
     """Like :func:`generate`, but a generator yielding each new token as soon as it exists:
     a ``(B,)`` int64 tensor per step (``()`` for a 1-D prompt). Every argument is validated
     when ``stream`` is called, before the first token. The model is in eval mode while tokens
     are produced and is put back in its previous mode when the stream ends or is closed.
+    ``cache`` as in :func:`generate` (a pool's blocks go back when the stream ends or is closed);
+    speculative decoding (``draft=``) is :func:`generate`'s alone.
     """
     ids, squeeze, config, stop_ids, mask, max_new_tokens = _begin(
         model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache, stop, generator,
         truncate, attention_mask, sampling)
-    return _stream(model, ids, squeeze, max_new_tokens, config, use_cache, stop_ids, generator, mask)
+    kv_cache, owned = _given_cache(model, cache, ids.shape[0], use_cache)
+    return _stream(model, ids, squeeze, max_new_tokens, config, use_cache, stop_ids, generator, mask,
+                   kv_cache, owned)
 
 
 def _stream(model, ids, squeeze, max_new_tokens, sampling, use_cache, stop_ids, generator,
-            attention_mask) -> Iterator[torch.Tensor]:
+            attention_mask, kv_cache=None, owned=False) -> Iterator[torch.Tensor]:
     was_training = model.training
     model.eval()
     try:
-        steps = _decode(model, ids, max_new_tokens, sampling, use_cache, stop_ids, generator, attention_mask)
+        steps = _decode(model, ids, max_new_tokens, sampling, use_cache, stop_ids, generator, attention_mask,
+                        kv_cache)
         while True:
             # subtle: inference mode is entered around each step only; holding it across `yield`
             # would leak it into the caller's code while the generator is suspended.
@@ -314,6 +319,8 @@ def _stream(model, ids, squeeze, max_new_tokens, sampling, use_cache, stop_ids, 
             yield token[0] if squeeze else token
     finally:
         model.train(was_training)
+        if owned:
+            kv_cache.free()
 
 
 def optimize_for_decoding(model: nn.Module) -> nn.Module:

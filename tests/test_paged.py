@@ -131,3 +131,19 @@ def test_continuous_batching_refuses():
         ContinuousBatcher(model, pool).run([Request([1] * 39, 5)])
     with pytest.raises(ValueError, match="sliding window"):
         ContinuousBatcher(_model(sliding_window=8), pool)
+
+
+def test_stream_with_a_paged_cache():
+    from fundamentallm.generation import generate, stream
+
+    model = _model()
+    pool = BlockPool.for_model(model, num_blocks=20, block_size=4)
+    ids = torch.randint(0, 30, (2, 6), generator=torch.Generator().manual_seed(3))
+    tokens = torch.stack(list(stream(model, ids, 12, greedy=True, cache=pool)), dim=1)
+    assert torch.equal(tokens, generate(model, ids, 12, greedy=True)[:, 6:])
+    assert pool.num_free == 20
+    it = stream(model, ids, 12, greedy=True, cache=pool)
+    next(it)
+    assert pool.num_free < 20
+    it.close()  # a stream closed early gives its blocks back
+    assert pool.num_free == 20
