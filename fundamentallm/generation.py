@@ -1,19 +1,18 @@
-"""Sampling from a language model: greedy, temperature, top-k, top-p (nucleus), and the KV cache.
+"""Decoding: extend prompts token by token with the KV cache, one decoder for every option.
 
-A decoder LM gives, at each step, logits over the vocabulary for the next token. Decoding turns
-them into a token and appends it:
+A decoder LM gives, at each step, logits over the vocabulary for the next token; a sampler
+(:mod:`fundamentallm.sampling`: greedy, temperature, top-k, top-p, re-exported here) turns them
+into a token, which is appended. With ``use_cache=True`` the prompt is run once (the *prefill*)
+and each later step feeds only the newest token, reusing the keys and values cached by every
+layer: a step costs O(T) attention instead of a full O(T²) forward over the whole sequence, and
+gives the same logits (up to float rounding) and the same greedy tokens -- the tests check both.
 
-- **greedy**: the argmax, deterministic;
-- **temperature** ``τ``: sample from ``softmax(logits / τ)``; ``τ < 1`` sharpens, ``τ > 1`` flattens;
-- **top-k** (Fan et al. 2018): sample only among the ``k`` most likely tokens;
-- **top-p / nucleus** (Holtzman et al. 2020): sample among the smallest set of most likely tokens
-  whose total probability reaches ``p``.
-
-The filters are applied in that order (temperature, top-k, top-p), as in Hugging Face's
-``generate``. With ``use_cache=True`` the prompt is run once (the *prefill*) and each later step
-feeds only the newest token, reusing the keys and values cached by every layer: a step costs
-O(T) attention instead of a full O(T²) forward over the whole sequence, and gives the same
-logits (up to float rounding) and the same greedy tokens -- the tests check both.
+Two options of :func:`generate` make decoding cheaper without changing what it computes
+(chapter 17): ``cache=`` a paged cache (:mod:`fundamentallm.paged`: a
+:class:`~fundamentallm.paged.BlockPool` or a :class:`~fundamentallm.paged.PagedKVCache`) instead
+of the contiguous one, and ``draft=`` a small model with ``lookahead=k`` for speculative decoding
+(:mod:`fundamentallm.speculative`): greedy output identical to the target's, sampled output
+distributed as the target's.
 
 What this module needs from a model (it does not import ``model.py``): ``model(ids)`` returning
 logits ``(B, T, V)`` (or a tuple starting with them) -- that is enough -- or, for the fast path,
@@ -35,15 +34,28 @@ counts them).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Union, runtime_checkable
 
 import numpy as np
 import torch
 from torch import nn
 
+from .sampling import (  # noqa: F401  (re-exported: fundamentallm.generation is where they were)
+    SamplingConfig,
+    _check_finite_logits,
+    _check_generator,
+    _check_logits,
+    _check_temperature,
+    _check_top_k,
+    _check_top_p,
+    _sample,
+    _sampling,
+    apply_temperature,
+    sample_next,
+    top_k_filter,
+    top_p_filter,
+)
 from .utils import inputs_checked
 
 StopTokens = Optional[Union[int, Iterable[int]]]
@@ -65,57 +77,6 @@ class DecodingModel(Protocol):
 
     def check_values(self, input_ids: torch.Tensor) -> None:
         """Raise a clear error for ids outside the vocabulary (run once, on the prompt)."""
-
-
-# ----------------------------------------------------------------------------- validation
-
-def _check_temperature(temperature: float) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise ValueError(f"temperature={temperature!r} must be a positive number")
-    if not temperature > 0:
-        raise ValueError(f"temperature={temperature!r} must be > 0; for deterministic decoding "
-                         f"use greedy=True instead of temperature=0")
-    if not math.isfinite(temperature):
-        raise ValueError(f"temperature={temperature!r} must be finite: an infinite temperature makes "
-                         f"every logit 0 (a uniform draw that ignores top_k and top_p)")
-
-
-def _check_generator(generator) -> None:
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator={generator!r} must be None or a torch.Generator "
-                        f"(e.g. torch.Generator().manual_seed(0))")
-
-
-def _check_top_k(top_k: int | None) -> None:
-    if top_k is None:
-        return
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k={top_k!r} must be None or an integer >= 1")
-
-
-def _check_top_p(top_p: float | None) -> None:
-    if top_p is None:
-        return
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p={top_p!r} must be None or a number in (0, 1]")
-
-
-def _check_logits(logits: torch.Tensor) -> None:
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise TypeError(f"logits must be a floating-point torch.Tensor, got "
-                        f"{type(logits).__name__ if not isinstance(logits, torch.Tensor) else logits.dtype}")
-    if logits.dim() < 1 or logits.shape[-1] == 0:
-        raise ValueError(f"logits must have shape (..., vocab_size) with vocab_size >= 1, got {tuple(logits.shape)}")
-
-
-def _check_finite_logits(logits: torch.Tensor) -> None:
-    """NaN or +inf logits (a model whose weights diverged) would give an arbitrary argmax or a
-    multinomial error; -inf is fine (a masked token) unless a whole row is -inf."""
-    bad = torch.isnan(logits) | torch.isposinf(logits)
-    if bool(bad.any() | torch.isneginf(logits).all(dim=-1).any()):
-        raise ValueError("the model's next-token logits are not finite (NaN, +inf, or -inf for every "
-                         "token), so no token can be chosen; were its weights trained with a diverging "
-                         "loss? Check the checkpoint with load_checkpoint, or retrain with a smaller lr")
 
 
 def _validate_inputs(model: nn.Module, input_ids, max_new_tokens, temperature, top_k, top_p, stop):
@@ -147,134 +108,6 @@ def _validate_inputs(model: nn.Module, input_ids, max_new_tokens, temperature, t
             raise ValueError(f"max_new_tokens={max_new_tokens} would make an output of {total:,} token "
                              f"ids ({total * 8 / 2**30:.0f} GiB); generate at most a few million tokens at a time")
     return max_new_tokens, temperature, top_k, top_p
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How each next token is chosen, validated once when it is made (Hugging Face's
-    ``GenerationConfig``, nanochat's one sampler's arguments): the decoding loop passes it on
-    unchecked. ``greedy=True`` takes the argmax; otherwise temperature, then top-k, then top-p
-    (see :func:`sample_next`). ``generate(model, ids, n, sampling=SamplingConfig(top_k=5))``
-    equals ``generate(model, ids, n, top_k=5)``."""
-
-    temperature: float = 1.0
-    top_k: Optional[int] = None
-    top_p: Optional[float] = None
-    greedy: bool = False
-
-    def __post_init__(self) -> None:
-        _check_temperature(self.temperature)
-        _check_top_k(self.top_k)
-        _check_top_p(self.top_p)
-        if not isinstance(self.greedy, bool):
-            raise ValueError(f"greedy={self.greedy!r} must be True or False")
-
-
-def _sampling(sampling: Optional[SamplingConfig], temperature, top_k, top_p, greedy) -> tuple:
-    """The knobs of ``generate``/``stream``: from ``sampling`` when given (then the separate
-    arguments must keep their defaults), else as passed."""
-    if sampling is None:
-        return temperature, top_k, top_p, greedy
-    if not isinstance(sampling, SamplingConfig):
-        raise TypeError(f"sampling={sampling!r} must be None or a SamplingConfig")
-    if (temperature, top_k, top_p, greedy) != (1.0, None, None, False):
-        raise ValueError("pass the sampling options either as sampling=SamplingConfig(...) or as "
-                         "temperature/top_k/top_p/greedy, not both")
-    return sampling.temperature, sampling.top_k, sampling.top_p, sampling.greedy
-
-
-# ----------------------------------------------------------------------------- the filters
-
-def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``logits / temperature``. Shape ``(..., V)`` -> ``(..., V)``.
-
-    Dividing by ``τ`` before the softmax raises every probability to the power ``1/τ`` (then
-    renormalises): ``τ -> 0`` tends to the argmax, ``τ -> ∞`` to the uniform distribution.
-    """
-    _check_logits(logits)
-    _check_temperature(temperature)
-    return logits if temperature == 1.0 else logits / temperature
-
-
-def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep the ``k`` largest logits of each row, set the others to ``-inf``. ``(..., V)`` -> ``(..., V)``.
-
-    Ties with the k-th largest value are all kept (so a row can keep more than ``k`` tokens when
-    logits are exactly equal); ``k >= V`` keeps everything.
-    """
-    _check_logits(logits)
-    _check_top_k(k)
-    if k >= logits.shape[-1]:
-        return logits
-    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1), the k-th largest
-    return logits.masked_fill(logits < kth, float("-inf"))
-
-
-def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """Nucleus filtering (Holtzman et al. 2020). ``(..., V)`` -> ``(..., V)``.
-
-    Sort tokens by probability, keep the smallest prefix whose total probability is ``>= p``,
-    set the rest to ``-inf``. A token is kept exactly when the probability of the tokens ranked
-    above it is ``< p``, so the most likely token is always kept. ``p = 1`` keeps everything.
-    """
-    _check_logits(logits)
-    _check_top_p(p)
-    if p >= 1.0:
-        return logits
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
-    probs = torch.softmax(sorted_logits.float(), dim=-1)
-    mass_before = torch.cumsum(probs, dim=-1) - probs  # probability of the tokens ranked above
-    remove_sorted = mass_before >= p  # (..., V); position 0 has mass_before 0 < p: always kept
-    remove = remove_sorted.scatter(-1, order, remove_sorted)  # back to vocabulary order
-    return logits.masked_fill(remove, float("-inf"))
-
-
-def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None, greedy: bool = False,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token per row from next-token logits ``(B, V)`` -> ``(B,)`` int64.
-
-    ``greedy=True`` takes the argmax (temperature, top-k and top-p do not change the argmax, so
-    they are ignored). Otherwise temperature, then top-k, then top-p, then one draw from the
-    softmax with ``torch.multinomial`` using ``generator`` (or the global RNG): the same seed
-    gives the same tokens.
-    """
-    _check_logits(logits)
-    sampling = SamplingConfig(temperature, top_k, top_p, greedy)
-    _check_generator(generator)
-    if logits.dim() != 2:
-        raise ValueError(f"logits must have shape (B, vocab_size), got {tuple(logits.shape)}")
-    _check_finite_logits(logits)
-    return _sample(logits, sampling, generator)
-
-
-def _sample(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
-    """:func:`sample_next` on arguments checked already: a decoding step's sampler."""
-    temperature, top_k, top_p = sampling.temperature, sampling.top_k, sampling.top_p
-    if sampling.greedy:
-        return logits.argmax(dim=-1)
-    scaled = logits if temperature == 1.0 else logits / temperature
-    if temperature < 1.0:
-        # subtle: a tiny temperature overflows logits / τ to inf (inf - inf = NaN in the softmax),
-        # or underflows to 0 in float32 (0 / 0). Shifting each row's maximum to 0 and dividing
-        # in float64 leaves the distribution unchanged and finite: it tends to the argmax. The
-        # rows that need it are picked on the device (a host read here would cost one per token);
-        # float64 holds the other rows' float32 values exactly.
-        overflow = (torch.isposinf(scaled) | torch.isnan(scaled)).any(dim=-1, keepdim=True)
-        safe = (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature
-        scaled = torch.where(overflow, safe, scaled.double())
-    logits = scaled
-    if top_k is not None:
-        logits = top_k_filter(logits, top_k)
-    if top_p is not None:
-        logits = top_p_filter(logits, top_p)
-    probs = torch.softmax(logits.float(), dim=-1)  # (B, V)
-    if generator is not None and generator.device != probs.device:
-        # subtle: a CPU generator (the chapters' seeded torch.Generator()) with a model on a GPU:
-        # draw on the generator's device, so the same seed picks the same tokens on every device
-        draw = torch.multinomial(probs.to(generator.device), num_samples=1, generator=generator)
-        return draw.to(probs.device).squeeze(-1)  # (B,)
-    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -387,13 +220,14 @@ def _check_attention_mask(model: nn.Module, attention_mask, ids: torch.Tensor, t
 
 def _decode(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, sampling: SamplingConfig,
             use_cache: bool, stop: list[int], generator: torch.Generator | None,
-            attention_mask: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
-    """The decode loop. Runs in inference mode; yields one ``(B,)`` tensor per step."""
+            attention_mask: torch.Tensor | None = None, kv_cache=None) -> Iterator[torch.Tensor]:
+    """The decode loop. Runs in inference mode; yields one ``(B,)`` tensor per step. ``kv_cache``:
+    an empty cache to fill (a paged one), else the model makes its contiguous one."""
     B, T = ids.shape
     max_len = _max_seq_len(model)
     cache = None
     if use_cache and isinstance(model, DecodingModel) and (max_len is None or min(T, max_len) < max_len):
-        cache = model.make_kv_cache(B)
+        cache = kv_cache if kv_cache is not None else model.make_kv_cache(B)
     # Room for the prompt and every new token, so the loop never re-allocates or concatenates.
     seq = torch.empty(B, T + max_new_tokens, dtype=torch.long, device=ids.device)
     seq[:, :T] = ids
@@ -451,24 +285,29 @@ def stream(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tempe
            top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
            use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
            truncate: bool = False, attention_mask: torch.Tensor | None = None,
-           sampling: SamplingConfig | None = None) -> Iterator[torch.Tensor]:
+           sampling: SamplingConfig | None = None, cache=None) -> Iterator[torch.Tensor]:
     """Like :func:`generate`, but a generator yielding each new token as soon as it exists:
     a ``(B,)`` int64 tensor per step (``()`` for a 1-D prompt). Every argument is validated
     when ``stream`` is called, before the first token. The model is in eval mode while tokens
     are produced and is put back in its previous mode when the stream ends or is closed.
+    ``cache`` as in :func:`generate` (a pool's blocks go back when the stream ends or is closed);
+    speculative decoding (``draft=``) is :func:`generate`'s alone.
     """
     ids, squeeze, config, stop_ids, mask, max_new_tokens = _begin(
         model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache, stop, generator,
         truncate, attention_mask, sampling)
-    return _stream(model, ids, squeeze, max_new_tokens, config, use_cache, stop_ids, generator, mask)
+    kv_cache, owned = _given_cache(model, cache, ids.shape[0], use_cache)
+    return _stream(model, ids, squeeze, max_new_tokens, config, use_cache, stop_ids, generator, mask,
+                   kv_cache, owned)
 
 
 def _stream(model, ids, squeeze, max_new_tokens, sampling, use_cache, stop_ids, generator,
-            attention_mask) -> Iterator[torch.Tensor]:
+            attention_mask, kv_cache=None, owned=False) -> Iterator[torch.Tensor]:
     was_training = model.training
     model.eval()
     try:
-        steps = _decode(model, ids, max_new_tokens, sampling, use_cache, stop_ids, generator, attention_mask)
+        steps = _decode(model, ids, max_new_tokens, sampling, use_cache, stop_ids, generator, attention_mask,
+                        kv_cache)
         while True:
             # subtle: inference mode is entered around each step only; holding it across `yield`
             # would leak it into the caller's code while the generator is suspended.
@@ -480,6 +319,8 @@ def _stream(model, ids, squeeze, max_new_tokens, sampling, use_cache, stop_ids, 
             yield token[0] if squeeze else token
     finally:
         model.train(was_training)
+        if owned:
+            kv_cache.free()
 
 
 def optimize_for_decoding(model: nn.Module) -> nn.Module:
@@ -510,11 +351,47 @@ def optimize_for_decoding(model: nn.Module) -> nn.Module:
     return model
 
 
+def _given_cache(model: nn.Module, cache, batch_size: int, use_cache: bool) -> tuple:
+    """``generate``'s ``cache=``: ``(the cache to fill, whether generate made it and frees it)``.
+    A :class:`~fundamentallm.paged.BlockPool` gives a :class:`~fundamentallm.paged.PagedKVCache` of
+    ``batch_size`` rows; a ``KVCache`` (paged or not) must be empty and hold ``batch_size`` rows."""
+    if cache is None:
+        return None, False
+    from .cache import KVCache
+    from .paged import BlockPool, PagedKVCache
+    if not use_cache or not isinstance(model, DecodingModel):
+        raise ValueError("cache= needs use_cache=True and a model with a KV cache (a DecodingModel)")
+    if isinstance(cache, BlockPool):
+        return PagedKVCache(cache, batch_size, model.config.max_seq_len), True
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache={type(cache).__name__} must be a KVCache, a PagedKVCache or a BlockPool")
+    rows = cache.batch_size if isinstance(cache, PagedKVCache) else cache.k.shape[1]
+    if cache.length != 0 or rows != batch_size:
+        raise ValueError(f"cache= must be empty (it holds {cache.length} positions) and hold the batch's "
+                         f"{batch_size} rows (it holds {rows})")
+    return cache, False
+
+
+def _speculative(model, draft, lookahead, ids, max_new_tokens, config, stop_ids, generator, mask, truncate):
+    """``generate(..., draft=, lookahead=)``: :mod:`fundamentallm.speculative`'s rounds, one prompt."""
+    from .speculative import speculative_generate
+    if ids.shape[0] != 1 or mask is not None or truncate:
+        raise ValueError("speculative decoding (draft=) takes one prompt of shape (T,) or (1, T), without "
+                         "attention_mask or truncate")
+    if max_new_tokens == 0:
+        return ids
+    out, _ = speculative_generate(model, draft, ids, max_new_tokens, k=lookahead, temperature=config.temperature,
+                                  greedy=config.greedy, generator=generator, top_k=config.top_k,
+                                  top_p=config.top_p, stop=stop_ids)
+    return out
+
+
 def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
              use_cache: bool = True, stop: StopTokens = None, generator: torch.Generator | None = None,
              truncate: bool = False, attention_mask: torch.Tensor | None = None,
-             sampling: SamplingConfig | None = None) -> torch.Tensor:
+             sampling: SamplingConfig | None = None, cache=None, draft: nn.Module | None = None,
+             lookahead: int = 4) -> torch.Tensor:
     """Extend each prompt by up to ``max_new_tokens`` tokens.
 
     ``input_ids`` is ``(B, T)`` (a batch of prompts) or ``(T,)``; the result is ``(B, T + n)``
@@ -544,6 +421,15 @@ def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
       for a shifted window), so when the window is full generation falls back to recomputing
       the last ``max_seq_len`` tokens each step. Either way the cache changes only the speed:
       greedy decoding gives the same tokens with and without it.
+    - ``cache``: the cache to fill instead of the model's contiguous one -- a
+      :class:`~fundamentallm.paged.BlockPool` (a :class:`~fundamentallm.paged.PagedKVCache` is taken
+      from it and its blocks given back at the end) or an empty ``KVCache``/``PagedKVCache`` of
+      ``B`` rows (left filled, for the caller). The tokens are those of the contiguous cache.
+    - ``draft``: a smaller model with the same vocabulary, for speculative decoding
+      (:mod:`fundamentallm.speculative`): it proposes ``lookahead`` tokens per round, the model
+      checks them in one forward. Greedy output is the model's greedy output; sampled output is
+      distributed as the model's own samples (not the same draws for a seed). One prompt; the
+      prompt, ``max_new_tokens`` and ``lookahead`` must fit both models' ``max_seq_len``.
 
     The model runs in eval mode (no dropout) and in ``torch.inference_mode``; its previous mode
     is restored afterwards.
@@ -551,13 +437,23 @@ def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, tem
     ids, squeeze, config, stop_ids, mask, max_new_tokens = _begin(
         model, input_ids, max_new_tokens, temperature, top_k, top_p, greedy, use_cache, stop, generator,
         truncate, attention_mask, sampling)
+    if draft is not None:
+        if cache is not None or not use_cache:
+            raise ValueError("draft= keeps its own caches: pass neither cache= nor use_cache=False with it")
+        out = _speculative(model, draft, lookahead, ids, max_new_tokens, config, stop_ids, generator, mask,
+                           truncate)
+        return out[0] if squeeze else out
+    kv_cache, owned = _given_cache(model, cache, ids.shape[0], use_cache)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode(), inputs_checked(model):
-            tokens = list(_decode(model, ids, max_new_tokens, config, use_cache, stop_ids, generator, mask))
+            tokens = list(_decode(model, ids, max_new_tokens, config, use_cache, stop_ids, generator, mask,
+                                  kv_cache))
             out = torch.cat([ids] + [t.unsqueeze(1) for t in tokens], dim=1)  # (B, T + n)
     finally:
         model.train(was_training)
+        if owned:
+            kv_cache.free()
     out = out.clone()  # a normal tensor (not an inference tensor), usable later with autograd
     return out[0] if squeeze else out

@@ -16,11 +16,22 @@ contract, ``length`` shared by the rows as in the contiguous cache): ``write`` s
 keys and values into their blocks and gathers the sequence back in order for attention, so
 decoding with it equals decoding with the contiguous cache (the tests check the tokens and the
 logits). vLLM's attention kernel reads the blocks in place instead of gathering them.
+
+**Continuous batching** (Yu et al. 2022, Orca's iteration-level scheduling; vLLM's scheduler):
+:class:`ContinuousBatcher` serves requests that arrive and finish at different steps from one
+pool. Each step, the requests that arrived are admitted (their prompt prefilled into blocks of
+their own), and every running request gets one token from a single batched forward; a request
+that stops gives its blocks back at once, and the next one can take them. In that forward the
+rows hold different numbers of positions, so each row's keys are gathered left-padded to the
+longest and the padding is masked, each row keeping its own positions, as for padded prompts in
+:func:`~fundamentallm.generation.generate`: every request's output equals decoding it alone
+(the tests check it).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import torch
@@ -149,3 +160,149 @@ def kv_memory(lengths: Sequence[int], max_seq_len: int, block_size: int, bytes_p
     return {"used": used, "contiguous": contiguous, "paged": paged,
             "contiguous_waste": 1 - used / contiguous if contiguous else 0.0,
             "paged_waste": 1 - used / paged if paged else 0.0}
+
+
+@dataclass
+class Request:
+    """One request of :class:`ContinuousBatcher`: ``prompt`` ids, up to ``max_new_tokens`` new tokens,
+    arriving at step ``arrival``; ``stop`` ids end it (kept). The batcher fills ``output`` (the new
+    tokens) and the steps it was ``admitted`` and ``finished``."""
+
+    prompt: Sequence[int]
+    max_new_tokens: int
+    arrival: int = 0
+    stop: Sequence[int] = ()
+    generator: Optional[torch.Generator] = None
+    output: list = field(default_factory=list)
+    admitted: Optional[int] = None
+    finished: Optional[int] = None
+
+
+class _Ragged(KVCache):
+    """The running requests' paged caches as one batch for a one-token step: row ``b`` holds
+    ``caches[b].length`` positions; the batch's ``length`` is the longest, and :meth:`write` returns
+    each row's keys left-padded to it (the caller masks the padding)."""
+
+    def __init__(self, caches: list[PagedKVCache]) -> None:
+        self.caches, self.pool = caches, caches[0].pool
+        self.num_layers, self.max_seq_len = self.pool.num_layers, caches[0].max_seq_len
+        self.length = max(c.length for c in caches)
+        self.conv: dict = {}
+        bs, L = self.pool.block_size, self.length + 1
+        for c in caches:  # room for the new position, taken before any layer writes
+            while len(c.block_tables[0]) * bs < c.length + 1:
+                c.block_tables[0].append(self.pool.allocate())
+        rows = [(c.block_tables[0], c.length, L - 1 - c.length) for c in caches]  # table, n, padding
+        self.new = (torch.tensor([t[n // bs] for t, n, _ in rows]), torch.tensor([n % bs for _, n, _ in rows]))
+        pos = [[max(j - pad, 0) for j in range(L)] for _, _, pad in rows]
+        self.read = (torch.tensor([[t[q // bs] for q in ps] for (t, _, _), ps in zip(rows, pos)]),
+                     torch.tensor([[q % bs for q in ps] for ps in pos]))
+        self.mask = torch.tensor([[int(j >= pad) for j in range(L)] for _, _, pad in rows])  # (B, L)
+        self.positions = torch.tensor([[n] for _, n, _ in rows])  # (B, 1): each row's own position
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        blocks, offsets = self.new
+        self.pool.k[layer, blocks, :, offsets] = k[:, :, 0]  # (B, H, D) at each row's next position
+        self.pool.v[layer, blocks, :, offsets] = v[:, :, 0]
+        blocks, offsets = self.read  # (B, L): padding reads position 0, masked
+        return (self.pool.k[layer, blocks, :, offsets].transpose(1, 2),
+                self.pool.v[layer, blocks, :, offsets].transpose(1, 2))
+
+    def advance(self, num_tokens: int) -> None:
+        for c in self.caches:
+            c.length += num_tokens
+
+
+class ContinuousBatcher:
+    """Serve :class:`Request` s from one :class:`BlockPool`: requests join and leave the running batch
+    at any step (:meth:`run`). ``sampling`` (a :class:`~fundamentallm.sampling.SamplingConfig`,
+    default greedy) applies to every request, each drawing with its own ``generator``.
+
+    A request is admitted when the free blocks cover, besides what the running requests may still
+    need to finish, its whole length (``prompt + max_new_tokens``): blocks are still taken only as
+    positions fill, so the memory held is the paged one, and the pool can never run out mid-request
+    (vLLM instead admits more and preempts when it does). ``trace`` records, for every step, the
+    running requests (their indices) and the blocks in use."""
+
+    def __init__(self, model, pool: BlockPool, sampling=None) -> None:
+        from .sampling import SamplingConfig
+        c = model.config
+        if getattr(c, "canon", None) or getattr(c, "sliding_window", None):
+            raise ValueError("continuous batching pads rows to the longest: models with canon layers or a "
+                             "sliding window would see the padding; decode their requests one at a time")
+        if not isinstance(pool, BlockPool):
+            raise TypeError(f"pool must be a BlockPool, got {type(pool).__name__}")
+        self.model, self.pool = model, pool
+        self.sampling = SamplingConfig(greedy=True) if sampling is None else sampling
+        self.trace: list[dict] = []
+
+    def _blocks(self, n: int) -> int:
+        return math.ceil(n / self.pool.block_size)
+
+    def _check(self, r: Request) -> None:
+        if not isinstance(r, Request):
+            raise TypeError(f"requests must be Request objects, got {type(r).__name__}")
+        _positive("max_new_tokens", r.max_new_tokens)
+        need = len(r.prompt) + r.max_new_tokens
+        if not r.prompt or need > self.model.config.max_seq_len:
+            raise ValueError(f"a request needs a prompt and len(prompt) + max_new_tokens = {need} <= "
+                             f"max_seq_len={self.model.config.max_seq_len}")
+        if self._blocks(need) > self.pool.num_free:
+            raise ValueError(f"a request of {need} positions needs {self._blocks(need)} blocks; the pool has "
+                             f"{self.pool.num_free} free")
+        self.model.check_values(torch.tensor([list(r.prompt)]))
+
+    def _emit(self, r: Request, logits: torch.Tensor, step: int) -> bool:
+        """Sample ``r``'s next token from ``logits (1, V)``; True when ``r`` is done."""
+        from .sampling import _sample
+        token = int(_sample(logits, self.sampling, r.generator))
+        r.output.append(token)
+        if token in r.stop or len(r.output) == r.max_new_tokens:
+            r.finished = step
+            return True
+        return False
+
+    def run(self, requests: Sequence[Request]) -> list[Request]:
+        """Decode every request to its end; returns them with ``output`` filled."""
+        for r in requests:
+            self._check(r)
+        index = {id(r): i for i, r in enumerate(requests)}
+        waiting = sorted(requests, key=lambda r: r.arrival)
+        running: list[tuple[Request, PagedKVCache]] = []
+        step, was_training = 0, self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                while waiting or running:
+                    batch, running = running, []
+                    if batch:  # one token for every running request, one forward
+                        view = _Ragged([c for _, c in batch])
+                        logits = self.model.next_token_logits(
+                            torch.tensor([[r.output[-1]] for r, _ in batch]), kv_cache=view,
+                            attention_mask=view.mask, token_positions=view.positions)  # (B, V)
+                        for i, (r, c) in enumerate(batch):
+                            if self._emit(r, logits[i:i + 1], step):
+                                c.free()  # its blocks go back to the pool now
+                            else:
+                                running.append((r, c))
+                    promised = sum(self._blocks(len(r.prompt) + r.max_new_tokens) - len(c.block_tables[0])
+                                   for r, c in running)  # what the running requests may still take
+                    while waiting and waiting[0].arrival <= step and self._blocks(
+                            len(waiting[0].prompt) + waiting[0].max_new_tokens) <= self.pool.num_free - promised:
+                        r = waiting.pop(0)
+                        promised += self._blocks(len(r.prompt) + r.max_new_tokens)
+                        r.admitted, cache = step, PagedKVCache(self.pool, 1, self.model.config.max_seq_len)
+                        logits = self.model.next_token_logits(torch.tensor([list(r.prompt)]), kv_cache=cache)
+                        if self._emit(r, logits, step):  # prefill gives the first token
+                            cache.free()
+                        else:
+                            running.append((r, cache))
+                    if not running and waiting and waiting[0].arrival <= step:
+                        raise RuntimeError("the pool's free blocks cannot hold the next request: is the pool "
+                                           "shared with caches outside this batcher?")
+                    self.trace.append({"step": step, "running": [index[id(r)] for r, _ in running],
+                                       "blocks_used": self.pool.k.shape[1] - self.pool.num_free})
+                    step += 1
+        finally:
+            self.model.train(was_training)
+        return list(requests)

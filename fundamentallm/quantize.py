@@ -32,12 +32,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-BITS = (4, 8)
+BITS = (4, 8)  # what QuantLinear stores (int4 packed two per byte, int8)
+CODE_BITS = tuple(range(2, 9))  # what quantize/dequantize compute (any width to 8 bits, one code per int8)
 
 
-def _check(bits: int, group_size: Optional[int], in_features: int, symmetric: bool) -> None:
-    if isinstance(bits, bool) or bits not in BITS:
-        raise ValueError(f"bits={bits!r} must be one of {BITS}")
+def _check(bits: int, group_size: Optional[int], in_features: int, symmetric: bool, allowed=BITS) -> None:
+    if isinstance(bits, bool) or bits not in allowed:
+        raise ValueError(f"bits={bits!r} must be one of {allowed}")
     if not isinstance(symmetric, bool):
         raise ValueError(f"symmetric={symmetric!r} must be True or False")
     if group_size is None:
@@ -57,12 +58,13 @@ def quantize(weight: torch.Tensor, bits: int = 8, group_size: Optional[int] = No
 
     ``q`` is int8 ``(out, in)`` (integers in ``[-qmax, qmax]`` symmetric, ``[0, 2^bits - 1]``
     asymmetric); ``scale`` is float32 ``(out, in // group_size)`` (``(out, 1)`` per channel); ``zero``
-    is ``None`` (symmetric) or an int8-valued float tensor shaped like ``scale``.
+    is ``None`` (symmetric) or an integer-valued float tensor shaped like ``scale``. ``bits`` from 2 to 8
+    (``QuantLinear`` stores 4 and 8); asymmetric codes are uint8 (``[0, 255]`` does not fit int8).
     """
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
         raise ValueError("weight must be a 2-D floating-point tensor (out_features, in_features)")
     out, inp = weight.shape
-    _check(bits, group_size, inp, symmetric)
+    _check(bits, group_size, inp, symmetric, allowed=CODE_BITS)
     g = inp if group_size is None else group_size
     w = weight.detach().float().reshape(out, inp // g, g)  # (out, groups, g)
     if symmetric:
@@ -80,7 +82,7 @@ def quantize(weight: torch.Tensor, bits: int = 8, group_size: Optional[int] = No
         zero = torch.round(-lo / scale).clamp(0, qmax)
         q = (torch.round(w / scale) + zero).clamp(0, qmax)
         zero = zero.squeeze(-1)
-    return q.reshape(out, inp).to(torch.int8 if bits == 8 or symmetric else torch.uint8), scale.squeeze(-1), zero
+    return q.reshape(out, inp).to(torch.int8 if symmetric else torch.uint8), scale.squeeze(-1), zero
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor, zero: Optional[torch.Tensor] = None) -> torch.Tensor:

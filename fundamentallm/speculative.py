@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from .generation import DecodingModel
+from .sampling import SamplingConfig, top_k_filter, top_p_filter
 
 
 @dataclass
@@ -104,20 +105,29 @@ class _Memo(_Runner):
         return torch.stack([self.memo[tuple(seq[:i + 1])] for i in range(start, len(seq))])
 
 
-def _probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    return torch.softmax(logits / temperature, dim=-1)  # float64
+def _probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """The distribution a token is sampled from: temperature, then top-k, then top-p, as in
+    :func:`~fundamentallm.sampling.sample_next`; applied alike to the draft's ``q`` and the target's
+    ``p``, so the output is distributed as the target's filtered samples. ``(V,)`` float64."""
+    logits = logits / sampling.temperature
+    if sampling.top_k is not None:
+        logits = top_k_filter(logits, sampling.top_k)
+    if sampling.top_p is not None:
+        logits = top_p_filter(logits, sampling.top_p)
+    return torch.softmax(logits, dim=-1)  # float64
 
 
-def _round(target: _Runner, draft: _Runner, seq: list[int], k: int, temperature: float, greedy: bool,
+def _round(target: _Runner, draft: _Runner, seq: list[int], k: int, sampling: SamplingConfig,
            choose) -> tuple[list[int], int]:
     """One round: the new tokens (1 .. k+1) and how many of the k proposals were accepted."""
+    greedy = sampling.greedy
     proposals, q = [], []
     for _ in range(k):
         logits = draft.logits(seq + proposals)[-1]
         if greedy:
             proposals.append(int(logits.argmax()))
         else:
-            q.append(_probs(logits, temperature))
+            q.append(_probs(logits, sampling))
             proposals.append(choose.categorical(q[-1]))
     target_logits = target.logits(seq + proposals)[-(k + 1):]  # (k+1, V): p_1 .. p_{k+1}
     new = []
@@ -127,13 +137,13 @@ def _round(target: _Runner, draft: _Runner, seq: list[int], k: int, temperature:
             if best != x:
                 return new + [best], i
         else:
-            p = _probs(target_logits[i], temperature)
+            p = _probs(target_logits[i], sampling)
             if not choose.accept(min(1.0, float(p[x] / q[i][x]))):
                 residual = (p - q[i]).clamp(min=0)
                 return new + [choose.categorical(residual / residual.sum())], i
         new.append(x)
     last = target_logits[k]
-    return new + [int(last.argmax()) if greedy else choose.categorical(_probs(last, temperature))], k
+    return new + [int(last.argmax()) if greedy else choose.categorical(_probs(last, sampling))], k
 
 
 def _check(target, draft, prompt, max_new_tokens, k, temperature) -> list[int]:
@@ -168,11 +178,14 @@ def _check(target, draft, prompt, max_new_tokens, k, temperature) -> list[int]:
     return ids
 
 
-def _run(t: _Runner, d: _Runner, ids, max_new_tokens, k, temperature, greedy, choose) -> tuple[list[int], SpeculativeStats]:
+def _run(t: _Runner, d: _Runner, ids, max_new_tokens, k, sampling: SamplingConfig, choose,
+         stop: tuple = ()) -> tuple[list[int], SpeculativeStats]:
+    """Rounds until ``max_new_tokens`` new tokens or a ``stop`` id (kept, as generate keeps it)."""
     stats = SpeculativeStats()
     seq = list(ids)
-    while len(seq) - len(ids) < max_new_tokens:
-        new, accepted = _round(t, d, seq, k, temperature, greedy, choose)
+    end = len(ids) + max_new_tokens
+    while len(seq) < end:
+        new, accepted = _round(t, d, seq, k, sampling, choose)
         t.keep(len(seq) + accepted)
         d.keep(len(seq) + accepted)
         seq += new
@@ -180,25 +193,32 @@ def _run(t: _Runner, d: _Runner, ids, max_new_tokens, k, temperature, greedy, ch
         stats.drafted += k
         stats.accepted += accepted
         stats.accepted_per_round.append(accepted)
-    out = seq[:len(ids) + max_new_tokens]  # a round may overshoot; the prefix keeps its distribution
+        hit = [i for i in range(len(seq) - len(new), min(len(seq), end)) if seq[i] in stop]
+        if hit:
+            end = hit[0] + 1
+    out = seq[:end]  # a round may overshoot; the prefix keeps its distribution
     stats.generated = len(out) - len(ids)
     return out, stats
 
 
 def speculative_generate(target: nn.Module, draft: nn.Module, input_ids, max_new_tokens: int, k: int = 4,
                          temperature: float = 1.0, greedy: bool = False,
-                         generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, SpeculativeStats]:
+                         generator: Optional[torch.Generator] = None, top_k: Optional[int] = None,
+                         top_p: Optional[float] = None, stop=()) -> tuple[torch.Tensor, SpeculativeStats]:
     """Extend one prompt (``(T,)`` or ``(1, T)`` ids) by ``max_new_tokens`` tokens, ``k`` drafted per
     round. Returns ``(ids, stats)``: ``ids`` shaped like the prompt plus the new tokens, and a
-    :class:`SpeculativeStats`. Sampling is from ``softmax(logits / temperature)`` of the target
-    (no top-k/top-p); ``greedy=True`` gives exactly ``generate(target, ..., greedy=True)``."""
+    :class:`SpeculativeStats`. Sampling is from the target's distribution after temperature, top-k
+    and top-p (as :func:`~fundamentallm.generation.generate` samples); ``greedy=True`` gives exactly
+    ``generate(target, ..., greedy=True)``. ``stop``: token ids that end the output (kept).
+    ``generate(target, ids, n, draft=draft, lookahead=k)`` runs this and returns the ids alone."""
     ids = _check(target, draft, input_ids, max_new_tokens, k, temperature)
+    sampling = SamplingConfig(temperature, top_k, top_p, greedy)
     modes = (target.training, draft.training)
     target.eval(), draft.eval()
     try:
         with torch.inference_mode():
-            out, stats = _run(_Runner(target), _Runner(draft), ids, max_new_tokens, k, temperature, greedy,
-                              _Random(generator))
+            out, stats = _run(_Runner(target), _Runner(draft), ids, max_new_tokens, k, sampling,
+                              _Random(generator), tuple(stop))
     finally:
         target.train(modes[0]), draft.train(modes[1])
     result = torch.tensor(out, dtype=torch.long)
@@ -233,7 +253,8 @@ class _Script:
 
 
 def exact_distribution(target: nn.Module, draft: nn.Module, input_ids, max_new_tokens: int, k: int = 2,
-                       temperature: float = 1.0) -> dict[tuple[int, ...], float]:
+                       temperature: float = 1.0, top_k: Optional[int] = None,
+                       top_p: Optional[float] = None) -> dict[tuple[int, ...], float]:
     """The exact probability of every output of :func:`speculative_generate` (sampling): this
     module's own rounds run down every branch of their random choices -- each draft sample, each
     accept/reject, each replacement -- and the probabilities of the branches that give the same new
@@ -248,8 +269,8 @@ def exact_distribution(target: nn.Module, draft: nn.Module, input_ids, max_new_t
     with torch.inference_mode():
         while True:
             chooser = _Script(script)
-            out, _ = _run(_Memo(target, memo_t), _Memo(draft, memo_d), ids, max_new_tokens, k, temperature, False,
-                          chooser)
+            out, _ = _run(_Memo(target, memo_t), _Memo(draft, memo_d), ids, max_new_tokens, k,
+                          SamplingConfig(temperature, top_k, top_p), chooser)
             key = tuple(out[len(ids):])
             dist[key] = dist.get(key, 0.0) + chooser.prob
             # the next branch: the deepest choice with an untried option (an odometer)

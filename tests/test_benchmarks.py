@@ -339,9 +339,11 @@ def test_scaling_report_refits_the_stored_sweep(tmp_path):
     assert (RESULTS / "scaling.json").read_bytes() == before
 
 
-def test_cheap_generation_runs(tmp_path):
-    out = run_script("cheap_generation.py", "--steps", "2", "--draft-steps", "2", "--tokens", "6", "--no-big",
-                     "--repeats", "1", "--ks", "1", "2", tmp_path=tmp_path)
-    assert out["benchmark"] == "cheap_generation" and set(out["speculative"]) == {"1", "2"}
+def test_inference_runs(tmp_path):
+    out = run_script("inference.py", "--target", "nano", "--steps", "2", "--draft-steps", "2", "--tokens", "6",
+                     "--no-big", "--repeats", "1", "--ks", "1", "2", "--drafts", "16x1", "--requests", "3",
+                     tmp_path=tmp_path)
+    assert out["benchmark"] == "inference" and set(out["speculative"]["16x1"]) >= {"1", "2", "parameters"}
     assert out["quantization"]["int8/row"]["ratio"] < 0.27 and out["quantization"]["int4/32 asym"]["ratio"] < 0.16
     assert out["paged"]["paged"] < out["paged"]["contiguous"]
+    assert out["continuous_batching"]["outputs_equal_alone"] and "torchao" in str(out["torchao_int8"])

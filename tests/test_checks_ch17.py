@@ -32,17 +32,23 @@ def quantize_rows_loop(w, bits):
     return torch.tensor(rows, dtype=torch.float64), torch.tensor(scales, dtype=torch.float64)
 
 
-def residual_by_min(p, q):
-    r = p - torch.minimum(p, q)
-    return r / (1 - torch.minimum(p, q).sum())
+def acceptance_by_loop(p, q):
+    # sum over proposals x of q(x) * min(1, p(x) / q(x)), skipping tokens never proposed
+    return sum(qx * min(1.0, px / qx) for px, qx in zip(p.tolist(), q.tolist()) if qx > 0)
 
 
-def expected_tokens_closed_form(alpha, k):
-    return k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+def acceptance_by_total_variation(p, q):
+    return 1 - 0.5 * (p - q).abs().sum()  # a 0-d tensor
 
 
-def blocks_needed_ceil(lengths, block_size):
-    return sum(math.ceil(n / block_size) for n in lengths)
+def speedup_by_sum(alpha, k, c):
+    return sum(alpha ** i for i in range(k + 1)) / (1 + k * c)
+
+
+def fit_by_search(lengths, memory, max_seq_len, block_size):
+    blocks = [math.ceil(n / block_size) for n in lengths]
+    paged = max(n for n in range(len(lengths) + 1) if sum(blocks[:n]) * block_size <= memory)
+    return min(len(lengths), memory // max_seq_len), paged
 
 
 def online_softmax_python(x, block_size):
@@ -58,9 +64,9 @@ def online_softmax_python(x, block_size):
 
 CORRECT = {
     "check_quantize_rows": [quantize_rows_with_package, quantize_rows_loop],
-    "check_residual_distribution": [residual_by_min],
-    "check_expected_tokens": [expected_tokens_closed_form],
-    "check_blocks_needed": [blocks_needed_ceil],
+    "check_acceptance_probability": [acceptance_by_loop, acceptance_by_total_variation],
+    "check_speculative_speedup": [speedup_by_sum],
+    "check_requests_that_fit": [fit_by_search],
     "check_online_softmax": [online_softmax_python],
 }
 
@@ -86,6 +92,6 @@ def test_online_softmax_refuses_the_packages_tiled_attention():
 
 def test_nan_answers_fail():
     with pytest.raises(CheckFailed, match="finite"):
-        checks.check_expected_tokens(lambda alpha, k: float("nan"))
+        checks.check_speculative_speedup(lambda alpha, k, c: float("nan"))
     with pytest.raises(CheckFailed, match="NaN"):
-        checks.check_residual_distribution(lambda p, q: torch.full_like(p, float("nan")))
+        checks.check_acceptance_probability(lambda p, q: float("nan"))

@@ -100,8 +100,10 @@ def test_quantize_model_swaps_linears_and_keeps_lm_head():
 
 def test_bad_arguments_name_the_parameter():
     w = _w(4, 12)
+    with pytest.raises(ValueError, match="bits=9"):
+        quantize(w, bits=9)
     with pytest.raises(ValueError, match="bits=3"):
-        quantize(w, bits=3)
+        QuantLinear.from_linear(torch.nn.Linear(12, 4), bits=3)  # stored widths: 4 and 8
     with pytest.raises(ValueError, match="group_size=5"):
         quantize(w, bits=8, group_size=5)
     with pytest.raises(ValueError, match="group_size=3 must be even"):
@@ -114,3 +116,17 @@ def test_bad_arguments_name_the_parameter():
     with pytest.raises(ValueError, match="group_size=8"):
         quantize_model(model, bits=4, group_size=8)
     assert isinstance(model[0], nn.Linear)  # nothing was changed
+
+
+@pytest.mark.parametrize("bits", [2, 3, 5, 8])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_any_width_rounds_within_half_a_step(bits, symmetric):
+    """quantize computes codes of 2 to 8 bits (chapter 17's explorer sweeps them); an asymmetric
+    8-bit code reaches 255, so it is stored as uint8 (int8 would wrap it)."""
+    w = _w(6, 32) + 1.5  # mostly positive: the asymmetric range matters
+    q, scale, zero = quantize(w, bits, 16, symmetric)
+    lo, hi = (-(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1) if symmetric else (0, 2 ** bits - 1)
+    assert int(q.min()) >= lo and int(q.max()) <= hi
+    assert q.dtype == (torch.int8 if symmetric else torch.uint8)
+    err = (dequantize(q, scale, zero) - w).abs().reshape(6, 2, 16)
+    assert (err <= scale.unsqueeze(-1) / 2 + 1e-6).all()

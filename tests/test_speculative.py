@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fundamentallm import Transformer, TransformerConfig
-from fundamentallm.generation import generate
+from fundamentallm.generation import SamplingConfig, generate
 from fundamentallm.speculative import exact_distribution, speculative_generate
 
 
@@ -69,7 +69,7 @@ def test_the_enumerated_runner_samples_as_the_cached_one():
     target, draft = _model(0), _model(1, d=16, layers=1)
     with torch.no_grad():
         for seed in range(3):
-            runs = [_run(make(target), make(draft), [4, 5, 6], 25, 3, 1.0, False,
+            runs = [_run(make(target), make(draft), [4, 5, 6], 25, 3, SamplingConfig(),
                          _Random(torch.Generator().manual_seed(seed)))[0]
                     for make in (_Runner, lambda m: _Memo(m, {}))]
             assert runs[0] == runs[1]
@@ -97,3 +97,49 @@ def test_bad_arguments():
         speculative_generate(target, target, [1, 2], 5, temperature=0)
     with pytest.raises(TypeError, match="draft"):
         speculative_generate(target, torch.nn.Linear(2, 2), [1, 2], 5)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_generate_with_a_draft_is_the_targets_greedy(k):
+    """The one decoder: generate(..., draft=, lookahead=) runs the speculative rounds."""
+    target, draft = _model(0), _model(1, d=16, layers=1)
+    prompt = torch.tensor([[3, 14, 15, 9, 2]])
+    expected = generate(target, prompt, 30, greedy=True)
+    assert torch.equal(generate(target, prompt, 30, greedy=True, draft=draft, lookahead=k), expected)
+    assert torch.equal(generate(target, prompt[0], 30, greedy=True, draft=draft, lookahead=k), expected[0])
+    stop = int(expected[0, 5 + 7])  # a token the target emits: both stop at its first occurrence
+    assert torch.equal(generate(target, prompt, 30, greedy=True, stop=stop, draft=draft, lookahead=k),
+                       generate(target, prompt, 30, greedy=True, stop=stop))
+
+
+def test_generate_with_a_draft_samples_seeded_and_checks():
+    target, draft = _model(0), _model(1, d=16, layers=1)
+    prompt = torch.tensor([1, 2, 3])
+    a = generate(target, prompt, 12, top_k=5, draft=draft, lookahead=3, generator=torch.Generator().manual_seed(0))
+    b = generate(target, prompt, 12, top_k=5, draft=draft, lookahead=3, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(a, b) and a.shape == (15,)
+    with pytest.raises(ValueError, match="one prompt"):
+        generate(target, torch.zeros(2, 3, dtype=torch.long), 5, draft=draft)
+    with pytest.raises(ValueError, match="k=0"):
+        generate(target, prompt, 5, draft=draft, lookahead=0)
+    with pytest.raises(ValueError, match="use_cache"):
+        generate(target, prompt, 5, draft=draft, use_cache=False)
+
+
+def test_top_k_sampling_distribution_is_exactly_the_targets():
+    """With top-k the draft's and the target's distributions are both filtered: still exact."""
+    from fundamentallm.generation import top_k_filter
+
+    target, draft = _model(2, vocab=4, d=16), _model(3, vocab=4, d=8, layers=1)
+    prompt, n = [0, 2, 1], 2
+    spec = exact_distribution(target, draft, prompt, n, k=2, top_k=2)
+    ref = {}
+    with torch.no_grad():
+        for seq in itertools.product(range(4), repeat=n):
+            logits, _ = target(torch.tensor([prompt + list(seq)]))
+            probs = torch.softmax(top_k_filter(logits[0, len(prompt) - 1:-1].double(), 2), -1)
+            ref[seq] = float(torch.prod(probs[torch.arange(n), torch.tensor(seq)]))
+    assert abs(sum(spec.values()) - 1) < 1e-9
+    for seq, p in ref.items():
+        assert abs(spec.get(seq, 0.0) - p) < 1e-6, (seq, spec.get(seq), p)
+    assert sum(p == 0 for p in ref.values()) >= 4  # the filter removed tokens: a real test of it

@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from .core import CheckFailed, assert_close_number, check_shape, exercise_check, rng
+from .core import CheckFailed, assert_close_number, check_shape, exercise_check, finite_number, rng
 
 
 def _tensor(got, expected: torch.Tensor, what: str) -> torch.Tensor:
@@ -59,56 +59,97 @@ def check_quantize_rows(quantize_rows: Callable) -> str:
 
 
 @exercise_check
-def check_residual_distribution(residual_distribution: Callable) -> str:
-    """``residual_distribution(p, q)``: target and draft distributions ``(V,)`` -> the distribution a
-    rejected proposal is replaced from, ``max(0, p - q)`` normalised."""
+def check_acceptance_probability(acceptance_probability: Callable) -> str:
+    """``acceptance_probability(p, q)``: the probability that one proposal ``x ~ q`` of the draft is
+    accepted under the rule ``min(1, p(x) / q(x))``: ``sum_x min(p(x), q(x))``."""
     gen = rng(1701)
+    cases = []
     for V in (5, 2, 30):
-        p = torch.softmax(torch.randn(V, generator=gen) * 2, -1).double()
-        q = torch.softmax(torch.randn(V, generator=gen) * 2, -1).double()
-        expected = (p - q).clamp(min=0)
-        expected = expected / expected.sum()
-        got = _tensor(residual_distribution(p, q), expected, f"the residual of V={V} distributions")
-        if bool((got < -1e-12).any()):
-            raise CheckFailed("the residual has negative entries: a probability is never negative; where "
-                              "the draft already over-proposes a token, the residual gives it nothing")
-        if abs(float(got.sum()) - 1) > 1e-6:
-            raise CheckFailed("the residual must sum to 1: it is a distribution to sample from")
-        if not torch.allclose(got, expected, atol=1e-7):
-            raise CheckFailed(f"the residual of V={V} distributions is wrong: it must supply exactly the "
-                              f"probability the target wants on a token beyond what the draft's accepted "
-                              f"proposals already give it")
-    return "three pairs of distributions"
+        cases.append((torch.softmax(torch.randn(V, generator=gen).double() * 2, -1),
+                      torch.softmax(torch.randn(V, generator=gen).double() * 2, -1)))
+    same = torch.softmax(torch.randn(6, generator=gen).double(), -1)
+    cases.append((same, same.clone()))  # a draft equal to the target
+    cases.append((torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0], dtype=torch.float64),
+                  torch.tensor([0.0, 0.25, 0.25, 0.5, 0.0], dtype=torch.float64)))  # q = 0: never proposed
+    for p, q in cases:
+        expected = float(torch.minimum(p, q).sum())
+        what = f"acceptance_probability for V={len(p)}" + (" (q = 0 where p > 0)" if bool((q == 0).any()) else "")
+        got = acceptance_probability(p.clone(), q.clone())
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, float) and not math.isfinite(got):
+            raise CheckFailed(f"{what} is NaN or infinite: a token the draft never proposes (q = 0) adds "
+                              f"nothing, since it is never the proposal; weight each ratio by q before "
+                              f"dividing")
+        if isinstance(got, float) and abs(got - float((p * q).sum())) < 1e-9 < abs(got - expected):
+            raise CheckFailed(f"{what} is wrong: it is not the chance that draft and target pick the same "
+                              f"token; the target never samples here, it accepts x with probability "
+                              f"min(1, p(x)/q(x))")
+        assert_close_number(got, expected, what, rtol=1e-9, atol=1e-12,
+                            hint=f"{what} is wrong: average the acceptance rule over the proposals, each "
+                                 f"proposed with the draft's probability q(x)")
+    return "five pairs of distributions, an identical pair and a draft that never proposes some tokens included"
 
 
 @exercise_check
-def check_expected_tokens(expected_tokens: Callable) -> str:
-    """``expected_tokens(alpha, k)``: the expected number of tokens a round of speculative decoding
-    adds when each proposal is accepted independently with probability ``alpha``."""
-    for alpha, k in ((0.6, 4), (0.9, 1), (0.3, 7), (0.0, 3), (1.0, 5), (0.75, 2)):
-        expected = k + 1.0 if alpha == 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
-        assert_close_number(expected_tokens(alpha, k), expected, f"expected_tokens({alpha}, {k})", rtol=1e-9,
-                            atol=1e-12,
-                            hint=f"expected_tokens({alpha}, {k}) is wrong: count the accepted proposals "
-                                 f"(the round stops at the first rejection) and the one token the target "
-                                 f"always adds, by a replacement or after all k were accepted"
-                                 + (" (alpha = 1 is allowed: every proposal is accepted)" if alpha == 1.0
-                                    else ""))
-    return "six (alpha, k) pairs, alpha = 0 and 1 included"
+def check_speculative_speedup(speculative_speedup: Callable) -> str:
+    """``speculative_speedup(alpha, k, c)``: tokens per unit time of speculative decoding against the
+    target alone, when each proposal is accepted with probability ``alpha``, a round drafts ``k``
+    tokens at ``c`` target steps each and verifies them in one target forward (one step's cost):
+    ``(1 - alpha^(k+1)) / (1 - alpha) / (k c + 1)``."""
+    for alpha, k, c in ((0.6, 4, 0.1), (0.9, 1, 0.5), (0.3, 7, 0.05), (0.0, 3, 0.2), (1.0, 5, 0.25),
+                        (0.75, 2, 0.0), (0.5, 3, 1.0)):
+        tokens = k + 1.0 if alpha == 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+        expected = tokens / (k * c + 1)
+        hint = (f"speculative_speedup({alpha}, {k}, {c}) is wrong: a round costs its k draft steps and one "
+                f"target forward, and adds the accepted proposals (the round stops at the first rejection) "
+                f"plus the one token the target always adds; the target alone makes one token per step")
+        if alpha == 1.0:
+            hint += " (alpha = 1 is allowed: every proposal is accepted)"
+        assert_close_number(speculative_speedup(alpha, k, c), expected, f"speculative_speedup({alpha}, {k}, {c})",
+                            rtol=1e-9, atol=1e-12, hint=hint)
+    return "seven (alpha, k, c) triples, alpha = 0 and 1 and a free draft (c = 0) included"
+
+
+def _fit(lengths, memory, size):
+    """How many of the requests, in order, fit at once when each holds size * ceil(n / size) positions."""
+    held = 0
+    for i, n in enumerate(lengths):
+        held += math.ceil(n / size) * size
+        if held > memory:
+            return i
+    return len(lengths)
 
 
 @exercise_check
-def check_blocks_needed(blocks_needed: Callable) -> str:
-    """``blocks_needed(lengths, block_size)``: blocks a paged cache holds for sequences of these
-    lengths (each sequence has its own blocks)."""
-    for lengths, size in (([10, 100, 3, 64], 16), ([16, 32, 0, 1], 16), ([7], 1), ([5, 9, 13], 4)):
-        expected = sum(math.ceil(n / size) for n in lengths)
-        assert_close_number(blocks_needed(list(lengths), size), expected,
-                            f"blocks_needed({lengths}, {size})",
-                            hint=f"blocks_needed({lengths}, {size}) is wrong: a sequence needs a block for "
-                                 f"every block_size positions, a partly filled last block included, and "
-                                 f"none for positions it does not have; blocks belong to one sequence")
-    return "four batches, lengths that fill their blocks exactly and an empty sequence included"
+def check_requests_that_fit(requests_that_fit: Callable) -> str:
+    """``requests_that_fit(lengths, memory, max_seq_len, block_size)``: how many of the requests,
+    admitted in order, fit at once in ``memory`` cache positions: ``(contiguous, paged)``."""
+    cases = [([100, 30, 300, 5, 64, 200], 1024, 512, 16), ([16, 16, 16, 16], 64, 64, 16),
+             ([1, 2, 3, 4, 5, 6, 7, 8], 40, 32, 8), ([500, 10], 400, 512, 16), ([40, 7, 90, 3, 12], 160, 128, 32)]
+    for lengths, memory, max_seq_len, size in cases:
+        expected = (min(len(lengths), memory // max_seq_len), _fit(lengths, memory, size))
+        call = f"requests_that_fit({lengths}, {memory}, {max_seq_len}, {size})"
+        got = requests_that_fit(list(lengths), memory, max_seq_len, size)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise CheckFailed(f"{call} should return a pair (contiguous, paged)")
+        assert_close_number(got[0], expected[0], f"the contiguous count of {call}", hint=(
+            f"the contiguous count of {call} is wrong: a contiguous cache reserves max_seq_len positions "
+            f"for every request when it starts, however long the request turns out"))
+        paged = finite_number(got[1], f"the paged count of {call}")
+        if paged != expected[1]:
+            if paged == _fit(lengths, memory, 1):
+                raise CheckFailed(f"the paged count of {call} is wrong: a paged cache holds whole blocks, "
+                                  f"a partly filled last block included")
+            if paged == _fit(sorted(lengths), memory, size):
+                raise CheckFailed(f"the paged count of {call} is wrong: the requests are admitted in order, "
+                                  f"not shortest first")
+            if paged == expected[1] - 1 and sum(math.ceil(n / size) * size for n in lengths[:expected[1]]) == memory:
+                raise CheckFailed(f"the paged count of {call} is wrong: requests that fill the memory "
+                                  f"exactly all fit")
+            raise CheckFailed(f"the paged count of {call} is wrong: count the requests, in order, whose "
+                              f"blocks still fit in the memory")
+    return "five batches, one that fills its memory exactly and one whose first request does not fit"
 
 
 @exercise_check(forbidden=("torch.softmax", "torch.log_softmax", "fundamentallm.flash"))

@@ -29,57 +29,91 @@ def quantize_rows(w, bits):
     return torch.round(w / scale), scale
 """, call="quantize_rows", message=r"NaN or infinity")
 
-wrong_answer("check_residual_distribution", "mistake", "p - q without clipping", """
-def residual_distribution(p, q):
-    r = p - q
-    return r / r.sum()
-""", call="residual_distribution", message=r"negative|NaN or infinity")
+wrong_answer("check_acceptance_probability", "mistake", "sum of p * q: the chance both pick the same token", """
+def acceptance_probability(p, q):
+    return float((p * q).sum())
+""", call="acceptance_probability", message=r"not the chance")
 
-wrong_answer("check_residual_distribution", "mistake", "not normalised", """
-def residual_distribution(p, q):
-    return (p - q).clamp(min=0)
-""", call="residual_distribution", message=r"sum to 1")
+wrong_answer("check_acceptance_probability", "mistake", "min(1, p/q) summed without weighting by q", """
+def acceptance_probability(p, q):
+    return float(torch.clamp(p / q, max=1).sum())
+""", call="acceptance_probability", message=r"draft's probability q|NaN or infinite")
 
-wrong_answer("check_residual_distribution", "mistake", "q - p: where the draft wants more", """
-def residual_distribution(p, q):
-    r = (q - p).clamp(min=0)
-    return r / r.sum()
-""", call="residual_distribution", message=r"beyond what the draft")
+wrong_answer("check_acceptance_probability", "mistake", "1 - sum |p - q|: the total variation without its 1/2", """
+def acceptance_probability(p, q):
+    return float(1 - (p - q).abs().sum())
+""", call="acceptance_probability", message=r"average the acceptance rule")
 
-wrong_answer("check_residual_distribution", "mistake", "resamples from the target itself", """
-def residual_distribution(p, q):
-    return p.clone()
-""", call="residual_distribution", message=r"beyond what the draft")
+wrong_answer("check_acceptance_probability", "edge", "q * min(1, p / q): 0/0 for a token neither proposes", """
+def acceptance_probability(p, q):
+    return float((q * torch.clamp(p / q, max=1)).sum())
+""", call="acceptance_probability", message=r"never proposes")
 
-wrong_answer("check_expected_tokens", "mistake", "forgets the target's own token", """
-def expected_tokens(alpha, k):
-    return sum(alpha ** i for i in range(1, k + 1))
-""", call="expected_tokens", message=r"the one token the target")
+wrong_answer("check_speculative_speedup", "mistake", "tokens per round: the draft's steps cost nothing", """
+def speculative_speedup(alpha, k, c):
+    return sum(alpha ** i for i in range(k + 1))
+""", call="speculative_speedup", message=r"k draft steps and one target forward")
 
-wrong_answer("check_expected_tokens", "mistake", "alpha * k + 1: as if rejections did not end the round", """
-def expected_tokens(alpha, k):
-    return alpha * k + 1
-""", call="expected_tokens", message=r"first rejection")
+wrong_answer("check_speculative_speedup", "mistake", "forgets the target's own token", """
+def speculative_speedup(alpha, k, c):
+    return sum(alpha ** i for i in range(1, k + 1)) / (k * c + 1)
+""", call="speculative_speedup", message=r"the one token the target always adds")
 
-wrong_answer("check_expected_tokens", "edge", "the closed form divides by zero at alpha = 1", """
-def expected_tokens(alpha, k):
-    return (1 - alpha ** (k + 1)) / (1 - alpha) if alpha != 1 else float("nan")
-""", call="expected_tokens", message=r"finite|alpha = 1")
+wrong_answer("check_speculative_speedup", "mistake", "alpha * k + 1: as if rejections did not end the round", """
+def speculative_speedup(alpha, k, c):
+    return (alpha * k + 1) / (k * c + 1)
+""", call="speculative_speedup", message=r"stops at the first rejection")
 
-wrong_answer("check_blocks_needed", "mistake", "floor division drops the partly filled block", """
-def blocks_needed(lengths, block_size):
-    return sum(n // block_size for n in lengths)
-""", call="blocks_needed", message=r"partly filled")
+wrong_answer("check_speculative_speedup", "edge", "the closed form divides by zero at alpha = 1", """
+def speculative_speedup(alpha, k, c):
+    return (1 - alpha ** (k + 1)) / (1 - alpha) / (k * c + 1) if alpha != 1 else float("nan")
+""", call="speculative_speedup", message=r"finite|alpha = 1")
 
-wrong_answer("check_blocks_needed", "mistake", "shares blocks between sequences", """
-def blocks_needed(lengths, block_size):
-    return -(-sum(lengths) // block_size)
-""", call="blocks_needed", message=r"belong to one sequence")
+wrong_answer("check_requests_that_fit", "mistake", "contiguous counts the positions used, not reserved", """
+def requests_that_fit(lengths, memory, max_seq_len, block_size):
+    def fit(size):
+        held, n = 0, 0
+        for length in lengths:
+            held += -(-length // size) * size
+            if held > memory:
+                break
+            n += 1
+        return n
+    return fit(1), fit(block_size)
+""", call="requests_that_fit", message=r"reserves max_seq_len")
 
-wrong_answer("check_blocks_needed", "edge", "n // block_size + 1: one too many for an exact fit", """
-def blocks_needed(lengths, block_size):
-    return sum(n // block_size + 1 for n in lengths)
-""", call="blocks_needed", message=r"none for positions")
+wrong_answer("check_requests_that_fit", "mistake", "paged counts positions, not whole blocks", """
+def requests_that_fit(lengths, memory, max_seq_len, block_size):
+    held, n = 0, 0
+    for length in lengths:
+        held += length
+        if held > memory:
+            break
+        n += 1
+    return min(len(lengths), memory // max_seq_len), n
+""", call="requests_that_fit", message=r"whole blocks")
+
+wrong_answer("check_requests_that_fit", "mistake", "admits the shortest requests first", """
+def requests_that_fit(lengths, memory, max_seq_len, block_size):
+    held, n = 0, 0
+    for length in sorted(lengths):
+        held += -(-length // block_size) * block_size
+        if held > memory:
+            break
+        n += 1
+    return min(len(lengths), memory // max_seq_len), n
+""", call="requests_that_fit", message=r"admitted in order")
+
+wrong_answer("check_requests_that_fit", "edge", "held < memory: a batch that fills it exactly is refused", """
+def requests_that_fit(lengths, memory, max_seq_len, block_size):
+    held, n = 0, 0
+    for length in lengths:
+        held += -(-length // block_size) * block_size
+        if held >= memory:
+            break
+        n += 1
+    return min(len(lengths), memory // max_seq_len), n
+""", call="requests_that_fit", message=r"fill the memory exactly")
 
 wrong_answer("check_online_softmax", "mistake", "exp without the maximum", """
 def online_softmax(x, block_size):
