@@ -141,7 +141,6 @@ def patch_activation_by_forward_hooks(config, weights, clean_ids, corrupt_ids, n
 CORRECT = {
     "check_previous_token_scores": [previous_token_scores],
     "check_classify_heads": [classify_heads],
-    "check_logit_lens": [logit_lens],
     "check_head_ablation": [head_ablation_by_weights],
     "check_logit_attribution": [logit_attribution],
 }
@@ -150,17 +149,29 @@ test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_
     table_tests(CORRECT, {})
 
 
+def test_the_logit_lens_passes_with_its_prediction_and_not_without():
+    assert checks.check_logit_lens(logit_lens, ("b", "a")) is True
+    with pytest.raises(CheckFailed, match="not attempted"):
+        checks.check_logit_lens(logit_lens, None)
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_logit_lens(lambda *a: (_ for _ in ()).throw(NotImplementedError), ["a", "b"])
+    for wrong in (["a"], ["b"], ["a", "b", "c"], ["a", "b", "d"], []):  # the answer never shown
+        with pytest.raises(CheckFailed, match="not right") as info:
+            checks.check_logit_lens(logit_lens, wrong)
+        assert "['a', 'b']" not in str(info.value)
+
+
 def test_the_logit_lens_refuses_torchs_layer_norm():
     def with_f_layer_norm(resid, norm_weight, norm_bias, unembed):
         return F.layer_norm(resid, resid.shape[-1:], norm_weight, norm_bias, 1e-5) @ unembed.T
 
     with pytest.raises(CheckFailed, match="not to use"):
-        checks.check_logit_lens(with_f_layer_norm)
+        checks.check_logit_lens(with_f_layer_norm, ["a", "b"])
 
 
 def test_nan_answers_fail():
     with pytest.raises(CheckFailed, match="NaN"):
-        checks.check_logit_lens(lambda r, w, b, u: torch.full((*r.shape[:-1], u.shape[0]), float("inf")))
+        checks.check_logit_lens(lambda r, w, b, u: torch.full((*r.shape[:-1], u.shape[0]), float("inf")), ["a", "b"])
 
 
 def test_patching_written_with_torchs_own_hooks_passes():

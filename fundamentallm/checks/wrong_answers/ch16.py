@@ -55,26 +55,44 @@ wrong_answer("check_classify_heads", "mistake", "the duplicate-token key one pos
 wrong_answer("check_classify_heads", "edge", "no threshold: every head gets the kind of its largest score", _CLASSIFY,
              call="lambda p, S: classify(p, S, threshold=-1.0)", message=r"'other'")
 
+wrong_answer("check_classify_heads", "edge", "the first-position score counts query 0 (which has no other key to choose)",
+             _CLASSIFY.replace("p[:, :, rest, 0]", "p[:, :, torch.arange(T), 0]"), call="classify",
+             message=r"head \(1, 2\) is not 'first'")
+
+wrong_answer("check_classify_heads", "method", "a vote of each query's largest weight instead of the mean attention the "
+             "statement defines", """
+def classify(patterns, S):
+    t, out = torch.arange(2 * S), {}
+    for layer, p in enumerate(patterns):
+        for h in range(p.shape[1]):
+            a = p[:, h].argmax(-1)  # (B, T)
+            votes = {"previous": (a[:, 1:] == t[1:] - 1).float().mean(), "induction": (a[:, S:] == t[S:] - S + 1).float().mean(),
+                     "duplicate": (a[:, S:] == t[S:] - S).float().mean(), "first": (a[:, 1:] == 0).float().mean()}
+            kind = max(votes, key=votes.get)
+            out[(layer, h)] = kind if votes[kind] > 0.5 else "other"
+    return out
+""", call="classify", message=r"no score above 0.5")
+
 wrong_answer("check_classify_heads", "value", "a list of kinds instead of a dict", _CLASSIFY,
              call="lambda p, S: list(classify(p, S).values())", message=r"should return a dict")
 
 wrong_answer("check_logit_lens", "mistake", "skips the final norm", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     return resid @ unembed.T
-""", call="logit_lens", message=r"through the final norm")
+""", call="logit_lens, ['a', 'b']", message=r"through the final norm")
 
 wrong_answer("check_logit_lens", "mistake", "an RMS norm (no centring)", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     x = resid / torch.sqrt((resid ** 2).mean(-1, keepdim=True) + 1e-5)
     return (x * norm_weight + norm_bias) @ unembed.T
-""", call="logit_lens", message=r"centre")
+""", call="logit_lens, ['a', 'b']", message=r"centre")
 
 wrong_answer("check_logit_lens", "edge", "the norm without its weight and bias", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     x = resid - resid.mean(-1, keepdim=True)
     x = x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + 1e-5)
     return x @ unembed.T
-""", call="logit_lens", message=r"weight and bias")
+""", call="logit_lens, ['a', 'b']", message=r"weight and bias")
 
 wrong_answer("check_logit_lens", "method", "torch's layer_norm under another name", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
@@ -83,28 +101,42 @@ def logit_lens(resid, norm_weight, norm_bias, unembed):
         ln.weight.copy_(norm_weight)
         ln.bias.copy_(norm_bias)
     return ln(resid) @ unembed.T
-""", call="logit_lens", message=r"not to use torch(\.nn\.functional)?\.layer_norm")
+""", call="logit_lens, ['a', 'b']", message=r"not to use torch(\.nn\.functional)?\.layer_norm")
 
 wrong_answer("check_logit_lens", "method", "group_norm with one group: a LayerNorm under another name", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     C = resid.shape[-1]
     x = F.group_norm(resid.reshape(-1, C), 1, norm_weight, norm_bias, eps=1e-5)
     return x.reshape(resid.shape) @ unembed.T
-""", call="logit_lens", message=r"not to use torch(\.nn\.functional)?\.group_norm")
+""", call="logit_lens, ['a', 'b']", message=r"not to use torch(\.nn\.functional)?\.group_norm")
 
 wrong_answer("check_logit_lens", "method", "batch_norm over the transposed stream: a LayerNorm under another name", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     C = resid.shape[-1]
     x = F.batch_norm(resid.reshape(-1, C).T, None, None, training=True, eps=1e-5).T
     return (x.reshape(resid.shape) * norm_weight + norm_bias) @ unembed.T
-""", call="logit_lens", message=r"not to use torch(\.nn\.functional)?\.batch_norm")
+""", call="logit_lens, ['a', 'b']", message=r"not to use torch(\.nn\.functional)?\.batch_norm")
+
+wrong_answer("check_logit_lens", "method", "torch.ops.aten's layer_norm kernel, called directly", """
+def logit_lens(resid, norm_weight, norm_bias, unembed):
+    return torch.ops.aten.layer_norm(resid, [resid.shape[-1]], norm_weight, norm_bias, 1e-5) @ unembed.T
+""", call="logit_lens, ['a', 'b']", message=r"not to use torch\.ops\.aten\.layer_norm")
+
+wrong_answer("check_logit_lens", "mistake", "predicts that only the stream's scale is undone (the norm's centring forgotten)",
+             "", call="lambda *a: None, ['a']", message=r"lens_unchanged: not right")
+
+wrong_answer("check_logit_lens", "mistake", "predicts that the norm removes any fixed offset, a vector as well as a number",
+             "", call="lambda *a: None, ['a', 'b', 'c']", message=r"lens_unchanged: not right")
+
+wrong_answer("check_logit_lens", "value", "a prediction written as one string", "",
+             call="lambda *a: None, 'ab'", message=r"should be a list of letters")
 
 wrong_answer("check_logit_lens", "edge", "eps added to the standard deviation, outside the root", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     x = resid - resid.mean(-1, keepdim=True)
     x = x / (torch.sqrt((x ** 2).mean(-1, keepdim=True)) + 1e-5)
     return (x * norm_weight + norm_bias) @ unembed.T
-""", call="logit_lens", message=r"eps inside the root")
+""", call="logit_lens, ['a', 'b']", message=r"eps inside the root")
 
 _BUILD = """
 from fundamentallm import Transformer, TransformerConfig
@@ -290,6 +322,9 @@ wrong_answer("check_logit_attribution", "edge", "the norm's bias spread over the
 wrong_answer("check_logit_attribution", "edge", "the bias-like term given a share (the whole share put on the last term)", _DLA,
              call="lambda *a: torch.cat([shares(*a)[:-2], (shares(*a)[-2] - 1.0)[None], (shares(*a)[-1] + 1.0)[None]])",
              message=r"split wrongly")
+
+wrong_answer("check_logit_attribution", "edge", "the scale without eps (the stream's standard deviation alone)",
+             _DLA.replace("+ 1e-5).sqrt()", ").sqrt()"), call="shares", message=r"eps inside the root")
 
 wrong_answer("check_logit_attribution", "method", "gradient x input with autograd (the norm is scale-invariant: the "
              "products add up to 0, not to the logit)", """
