@@ -312,3 +312,15 @@ def test_pattern_and_residual_stream_equal_hugging_face_gpt2():
         torch.testing.assert_close(cache[f"blocks.{i}.hook_resid_post"], ref.hidden_states[i + 1], atol=1e-5, rtol=0)
     # ... and its last entry has the final LayerNorm applied already
     torch.testing.assert_close(cache["ln_final.hook_normalized"], ref.hidden_states[L], atol=1e-5, rtol=0)
+
+
+def test_the_stored_benchmark_finds_no_cost_when_no_hook_is_set():
+    """benchmarks/hooks_overhead.py's stored run (issue 40: the hooks cost nothing when none are
+    set): a model that has been through a hooks block, and an empty block, run within the noise
+    of two measurements of the same plain forward."""
+    from fundamentallm import results
+
+    run = results.load("hooks_overhead")
+    noise = run["noise_pct_median_plain_vs_plain"]
+    for variant in ("after a hooked block", "empty hooks block"):
+        assert abs(run["overhead_pct_vs_plain"][variant]) <= max(noise, 2.0), (variant, run)
