@@ -141,7 +141,6 @@ def patch_activation_by_forward_hooks(config, weights, clean_ids, corrupt_ids, n
 CORRECT = {
     "check_previous_token_scores": [previous_token_scores],
     "check_classify_heads": [classify_heads],
-    "check_head_ablation": [head_ablation_by_weights],
     "check_logit_attribution": [logit_attribution],
 }
 
@@ -186,3 +185,19 @@ def test_patching_stub_and_missing_prediction_are_not_attempted():
         checks.check_patch_activation(stub, [6, 6, 11])
     with pytest.raises(CheckFailed, match="not attempted"):
         checks.check_patch_activation(patch_activation_by_forward_hooks, None)
+
+
+CONSTANT_HEAD = {"zero": "changes the loss", "mean": "leaves the loss unchanged"}
+
+
+def test_head_ablation_passes_with_its_prediction_and_not_without():
+    assert checks.check_head_ablation(head_ablation_by_weights, dict(CONSTANT_HEAD)) is True
+    with pytest.raises(CheckFailed, match="not attempted|still None"):
+        checks.check_head_ablation(head_ablation_by_weights, None)
+    for zero in ("changes the loss", "leaves the loss unchanged"):
+        for mean in ("changes the loss", "leaves the loss unchanged"):
+            guess = {"zero": zero, "mean": mean}
+            if guess != CONSTANT_HEAD:
+                with pytest.raises(CheckFailed, match="not right") as info:
+                    checks.check_head_ablation(head_ablation_by_weights, guess)
+                assert "leaves the loss unchanged" not in str(info.value)  # the answer is never shown

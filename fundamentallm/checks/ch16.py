@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from .core import CheckFailed, check_shape, exercise_check, rng
-from .predict import int_list, require_prediction
+from .predict import choice_answers, int_list, require_prediction
 
 # The exercise asks for the norm written out: torch's and the package's are refused.
 # group_norm with one group, batch_norm on the transpose, instance_norm and rms_norm of the centred
@@ -203,13 +203,23 @@ def _constant_head(model, weights: dict, layer: int, head: int) -> None:
     weights[f"blocks.{layer}.attn.qkv.weight"] = attn.qkv.weight.detach().clone()
 
 
+_ABLATION_EFFECTS = ("changes the loss", "leaves the loss unchanged")
+
+
 @exercise_check
-def check_head_ablation(head_ablation: Callable) -> str:
-    """``head_ablation(config, weights, ids, mode)``: ``(L, H)`` increase of the mean next-token loss
+def check_head_ablation(head_ablation: Callable, constant_head: Any) -> str:
+    """``constant_head``: the prediction, for a head that writes the same vector whatever the input,
+    ``{"zero": ..., "mean": ...}``, each "changes the loss" or "leaves the loss unchanged": zero
+    ablation changes it, mean ablation leaves it unchanged (the mean is the vector itself).
+    ``head_ablation(config, weights, ids, mode)``: ``(L, H)`` increase of the mean next-token loss
     of ``ids`` when one head's output (``hook_z``) is replaced by zeros (``mode="zero"``) or by its
     mean over the batch and positions of the same run (``mode="mean"``), for every head. Each model
     has one planted head that writes the same vector at every position, which mean ablation must
     leave untouched (a change of 0) and zero ablation does not."""
+    guess = choice_answers(constant_head, "constant_head", {"zero": _ABLATION_EFFECTS, "mean": _ABLATION_EFFECTS})
+    if guess != {"zero": "changes the loss", "mean": "leaves the loss unchanged"}:
+        raise CheckFailed("constant_head: not right. For each kind of ablation, what is put in place of the head's "
+                          "output, and how does it differ from what the head wrote before, at every position?")
     for seed in (1603, 1604):
         config, weights, ids, model = _model_case(seed)
         L, H = config["num_layers"], config["num_heads"]

@@ -187,7 +187,7 @@ def head_ablation(config, weights, ids, mode="zero"):
         delta = _loss(model, ids, {f"blocks.{layer}.attn.hook_z": lambda z, n: torch.zeros_like(z)}) - base
         out[layer] = delta
     return out
-""", call="head_ablation", message=r"one head of one layer at a time")
+""", call="head_ablation, {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}", message=r"one head of one layer at a time")
 
 wrong_answer("check_head_ablation", "mistake", "returns the ablated loss, not its change", _BUILD + """
 def head_ablation(config, weights, ids, mode="zero"):
@@ -202,7 +202,7 @@ def head_ablation(config, weights, ids, mode="zero"):
                 return z
             out[layer, head] = _loss(model, ids, {f"blocks.{layer}.attn.hook_z": ablate})
     return out
-""", call="head_ablation", message=r"ablated loss minus the clean loss")
+""", call="head_ablation, {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}", message=r"ablated loss minus the clean loss")
 
 wrong_answer("check_head_ablation", "edge", "zeroes the head's channels after out_proj (hook_attn_out)", _BUILD + """
 def head_ablation(config, weights, ids, mode="zero"):
@@ -219,25 +219,33 @@ def head_ablation(config, weights, ids, mode="zero"):
                 return a
             out[layer, head] = _loss(model, ids, {f"blocks.{layer}.hook_attn_out": ablate}) - base
     return out
-""", call="head_ablation", message=r"before out_proj mixes the heads")
+""", call="head_ablation, {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}", message=r"before out_proj mixes the heads")
 
 wrong_answer("check_head_ablation", "value", "NaN", """
 def head_ablation(config, weights, ids, mode="zero"):
     return torch.full((config["num_layers"], config["num_heads"]), float("nan"))
-""", call="head_ablation", message=r"NaN or infinity")
+""", call="head_ablation, {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}", message=r"NaN or infinity")
 
 wrong_answer("check_head_ablation", "mistake", "zero ablation whatever the mode", _BUILD,
-             call="lambda c, w, ids, mode: ablation_table(c, w, ids, 'zero')",
+             call="lambda c, w, ids, mode: ablation_table(c, w, ids, 'zero'), {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}",
              message=r"mode='mean'.*by 0")
 
 wrong_answer("check_head_ablation", "mistake", "mean ablation with one scalar per head (the mean over D as well)", _BUILD,
-             call="lambda c, w, ids, mode: ablation_table(c, w, ids, mode, axes=(0, 1, 3))",
+             call="lambda c, w, ids, mode: ablation_table(c, w, ids, mode, axes=(0, 1, 3)), {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}",
              message=r"one D-vector per head")
 
 wrong_answer("check_head_ablation", "edge", "mean ablation from another batch (the mean of random sequences, not of ids)", _BUILD,
              call="lambda c, w, ids, mode: ablation_table(c, w, ids, mode, mean_ids=torch.randint("
-                  "0, c['vocab_size'], ids.shape, generator=torch.Generator().manual_seed(0)))",
+                  "0, c['vocab_size'], ids.shape, generator=torch.Generator().manual_seed(0))), {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}",
              message=r"mean over the batch and the positions of the\s+same run")
+
+wrong_answer("check_head_ablation", "mistake", "predicts that removing a head that computes nothing changes nothing, "
+             "whichever ablation", "", call="lambda *a: None, {'zero': 'leaves the loss unchanged', "
+             "'mean': 'leaves the loss unchanged'}", message=r"constant_head: not right")
+
+wrong_answer("check_head_ablation", "mistake", "predicts that any ablation of a head changes the loss", "",
+             call="lambda *a: None, {'zero': 'changes the loss', 'mean': 'changes the loss'}",
+             message=r"constant_head: not right")
 
 _PATCH = """
 from fundamentallm import Transformer, TransformerConfig
