@@ -141,8 +141,6 @@ def patch_activation_by_forward_hooks(config, weights, clean_ids, corrupt_ids, n
 CORRECT = {
     "check_previous_token_scores": [previous_token_scores],
     "check_classify_heads": [classify_heads],
-    "check_logit_lens": [logit_lens],
-    "check_head_ablation": [head_ablation_by_weights],
     "check_logit_attribution": [logit_attribution],
 }
 
@@ -150,17 +148,29 @@ test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_
     table_tests(CORRECT, {})
 
 
+def test_the_logit_lens_passes_with_its_prediction_and_not_without():
+    assert checks.check_logit_lens(logit_lens, ("b", "a")) is True
+    with pytest.raises(CheckFailed, match="not attempted"):
+        checks.check_logit_lens(logit_lens, None)
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        checks.check_logit_lens(lambda *a: (_ for _ in ()).throw(NotImplementedError), ["a", "b"])
+    for wrong in (["a"], ["b"], ["a", "b", "c"], ["a", "b", "d"], []):  # the answer never shown
+        with pytest.raises(CheckFailed, match="not right") as info:
+            checks.check_logit_lens(logit_lens, wrong)
+        assert "['a', 'b']" not in str(info.value)
+
+
 def test_the_logit_lens_refuses_torchs_layer_norm():
     def with_f_layer_norm(resid, norm_weight, norm_bias, unembed):
         return F.layer_norm(resid, resid.shape[-1:], norm_weight, norm_bias, 1e-5) @ unembed.T
 
     with pytest.raises(CheckFailed, match="not to use"):
-        checks.check_logit_lens(with_f_layer_norm)
+        checks.check_logit_lens(with_f_layer_norm, ["a", "b"])
 
 
 def test_nan_answers_fail():
     with pytest.raises(CheckFailed, match="NaN"):
-        checks.check_logit_lens(lambda r, w, b, u: torch.full((*r.shape[:-1], u.shape[0]), float("inf")))
+        checks.check_logit_lens(lambda r, w, b, u: torch.full((*r.shape[:-1], u.shape[0]), float("inf")), ["a", "b"])
 
 
 def test_patching_written_with_torchs_own_hooks_passes():
@@ -175,3 +185,19 @@ def test_patching_stub_and_missing_prediction_are_not_attempted():
         checks.check_patch_activation(stub, [6, 6, 11])
     with pytest.raises(CheckFailed, match="not attempted"):
         checks.check_patch_activation(patch_activation_by_forward_hooks, None)
+
+
+CONSTANT_HEAD = {"zero": "changes the loss", "mean": "leaves the loss unchanged"}
+
+
+def test_head_ablation_passes_with_its_prediction_and_not_without():
+    assert checks.check_head_ablation(head_ablation_by_weights, dict(CONSTANT_HEAD)) is True
+    with pytest.raises(CheckFailed, match="not attempted|still None"):
+        checks.check_head_ablation(head_ablation_by_weights, None)
+    for zero in ("changes the loss", "leaves the loss unchanged"):
+        for mean in ("changes the loss", "leaves the loss unchanged"):
+            guess = {"zero": zero, "mean": mean}
+            if guess != CONSTANT_HEAD:
+                with pytest.raises(CheckFailed, match="not right") as info:
+                    checks.check_head_ablation(head_ablation_by_weights, guess)
+                assert "leaves the loss unchanged" not in str(info.value)  # the answer is never shown

@@ -166,6 +166,44 @@ def test_hooks_compose_with_the_kv_cache(kw):
     torch.testing.assert_close(last["blocks.1.hook_resid_post"][:, 0], full["blocks.1.hook_resid_post"][:, 5])
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(pos_encoding="rope", num_kv_heads=2)], ids=["mha", "gqa-rope"])
+def test_a_cached_decode_with_replacing_hooks_equals_the_uncached_run(kw):
+    """Hooks that change the forward (a head zero-ablated, a residual stream scaled, a pattern
+    sharpened) give the same logits when the sequence is decoded one token at a time with the KV
+    cache as in one uncached forward, and identity hooks give the plain cached decode exactly."""
+    model, ids = _model(**kw), _ids(B=2, n=9)
+
+    def ablate(z, name):
+        z = z.clone()
+        z[:, :, 1] = 0.0  # (B, T, H, D)
+        return z
+
+    def sharpen(pattern, name):  # rows still sum to 1; each row's own keys only
+        sharp = pattern ** 2
+        return sharp / sharp.sum(-1, keepdim=True)
+
+    fns = {"blocks.0.attn.hook_z": ablate, "blocks.1.hook_resid_pre": lambda x, n: 1.5 * x,
+           "blocks.1.attn.hook_pattern": sharpen}
+    identity = {name: (lambda a, name: a) for name in model.hook_names()}
+
+    def decode(hooks):
+        with model.hooks(hooks):
+            kv = model.make_kv_cache(2)
+            steps = [model(ids[:, :3], kv_cache=kv)[0]]
+            steps += [model(ids[:, t:t + 1], kv_cache=kv)[0] for t in range(3, ids.shape[1])]
+        return torch.cat(steps, 1)
+
+    with torch.no_grad():
+        plain, _ = model(ids)
+        with model.hooks(fns):
+            uncached, _ = model(ids)
+        cached = decode(fns)
+        assert torch.equal(decode(identity), decode({}))
+    assert (uncached - plain).abs().max() > 1e-3  # the hooks changed the output
+    torch.testing.assert_close(cached, uncached)
+    _no_hooks_left(model)
+
+
 def test_zero_ablating_a_head_equals_zeroing_its_output_weights():
     model, ids = _model(), _ids()
     layer, head, D = 1, 2, model.config.head_dim
@@ -274,3 +312,15 @@ def test_pattern_and_residual_stream_equal_hugging_face_gpt2():
         torch.testing.assert_close(cache[f"blocks.{i}.hook_resid_post"], ref.hidden_states[i + 1], atol=1e-5, rtol=0)
     # ... and its last entry has the final LayerNorm applied already
     torch.testing.assert_close(cache["ln_final.hook_normalized"], ref.hidden_states[L], atol=1e-5, rtol=0)
+
+
+def test_the_stored_benchmark_finds_no_cost_when_no_hook_is_set():
+    """benchmarks/hooks_overhead.py's stored run (issue 40: the hooks cost nothing when none are
+    set): a model that has been through a hooks block, and an empty block, run within the noise
+    of two measurements of the same plain forward."""
+    from fundamentallm import results
+
+    run = results.load("hooks_overhead")
+    noise = run["noise_pct_median_plain_vs_plain"]
+    for variant in ("after a hooked block", "empty hooks block"):
+        assert abs(run["overhead_pct_vs_plain"][variant]) <= max(noise, 2.0), (variant, run)

@@ -9,16 +9,21 @@ import torch
 import torch.nn.functional as F
 
 from .core import CheckFailed, check_shape, exercise_check, rng
-from .predict import int_list, require_prediction
+from .predict import choice_answers, int_list, require_prediction
 
 # The exercise asks for the norm written out: torch's and the package's are refused.
-# group_norm with one group, batch_norm on the transpose and instance_norm are a LayerNorm under
-# another name: refused as well.
-_LAYER_NORMS = ("torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm",
-                "torch.nn.functional.rms_norm", "torch.nn.functional.group_norm", "torch.group_norm",
-                "torch.native_group_norm", "torch.nn.functional.batch_norm", "torch.batch_norm",
-                "torch.native_batch_norm", "torch.nn.functional.instance_norm", "torch.instance_norm",
-                "fundamentallm.norms")
+# group_norm with one group, batch_norm on the transpose, instance_norm and rms_norm of the centred
+# stream are a LayerNorm under another name: refused as well. torch.ops.aten's kernels first (a
+# later name's aliases take its label), then the public names.
+_LAYER_NORMS = tuple(f"torch.ops.aten.{n}" for n in (
+    "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm", "native_batch_norm",
+    "_native_batch_norm_legit", "_batch_norm_impl_index", "instance_norm", "rms_norm", "_fused_rms_norm")
+    if hasattr(torch.ops.aten, n)) + (
+    "torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm",
+    "torch.nn.functional.rms_norm", "torch.nn.functional.group_norm", "torch.group_norm",
+    "torch.native_group_norm", "torch.nn.functional.batch_norm", "torch.batch_norm",
+    "torch.native_batch_norm", "torch.nn.functional.instance_norm", "torch.instance_norm",
+    "fundamentallm.norms")
 
 
 def _patterns(gen: torch.Generator, B: int, H: int, T: int) -> torch.Tensor:
@@ -69,6 +74,12 @@ def _planted_head(gen: torch.Generator, kind: str, B: int, S: int) -> torch.Tens
     noise = (torch.randn(B, T, T, generator=gen) * 2.0).masked_fill(~causal, float("-inf")).softmax(-1)
     if kind == "other":
         return noise
+    if kind == "weak first":  # an "other" head: 0.46..0.49 on position 0 at every query but query 0
+        w = 0.46 + 0.03 * torch.rand(B, T, 1, generator=gen)
+        rest = (torch.randn(B, T, T, generator=gen) * 2.0).masked_fill(~causal, float("-inf"))
+        rest[:, 1:, 0] = float("-inf")  # the rest of the weight goes elsewhere
+        first = F.one_hot(torch.zeros_like(t), T).float()
+        return torch.cat([first[None, :1].expand(B, 1, T), (w * first + (1 - w) * rest.softmax(-1))[:, 1:]], 1)
     key = {"previous": (t - 1).clamp(min=0), "first": torch.zeros_like(t),
            "induction": torch.where(t >= S, t - S + 1, 0), "duplicate": torch.where(t >= S, t - S, t)}[kind]
     w = 0.6 + 0.35 * torch.rand(B, T, 1, generator=gen)
@@ -82,14 +93,19 @@ def check_classify_heads(classify_heads: Callable) -> str:
     duplicate / first whose score (mean attention to its key over the batch and the queries where
     it can show) is largest if above 0.5, else "other". The heads are planted with known kinds;
     induction and duplicate-token heads behave otherwise in the first copy, so a score averaged over
-    every query names them wrongly."""
+    every query names them wrongly; a head with just under half its attention on position 0 is
+    "other" (query 0, which has no choice, does not count)."""
     gen = rng(1601)
-    layouts = [(4, [["previous", "other", "first"], ["induction", "duplicate", "induction"]]),
+    # "weak first" rests just under half its attention on position 0: its first-position score is
+    # under 0.5 over the queries that can choose (1..T-1) and over 0.5 with query 0 counted, and its
+    # largest weight is on position 0 at almost every query (a vote of the argmax names it "first")
+    layouts = [(4, [["previous", "other", "first"], ["induction", "duplicate", "weak first"]]),
                (5, [["first", "previous"], ["duplicate", "other"], ["other", "induction"]]),
                (4, [["other", "previous", "duplicate", "induction"]])]
     for S, layout in layouts:
         patterns = [torch.stack([_planted_head(gen, kind, 6, S) for kind in kinds], 1) for kinds in layout]
-        expected = {(layer, head): kind for layer, kinds in enumerate(layout) for head, kind in enumerate(kinds)}
+        expected = {(layer, head): kind if kind in _HEAD_KINDS else "other"
+                    for layer, kinds in enumerate(layout) for head, kind in enumerate(kinds)}
         got = classify_heads([p.clone() for p in patterns], S)
         if not isinstance(got, dict):
             raise CheckFailed(f"classify_heads should return a dict {{(layer, head): kind}}, got {type(got).__name__}")
@@ -107,10 +123,32 @@ def check_classify_heads(classify_heads: Callable) -> str:
     return "three models of planted heads (previous, induction, duplicate-token, first-position, other)"
 
 
+# The edits of a stream the logit lens exercise asks about: the final norm undoes (a) and (b).
+LENS_EDITS = {"a": "multiply the whole stream by 10", "b": "add the same number to every channel",
+              "c": "add a fixed vector whose channels differ", "d": "multiply one channel by 10"}
+
+
+def _lens_prediction(lens_unchanged: Any) -> None:
+    require_prediction(lens_unchanged, "lens_unchanged", f"a list of letters among {sorted(LENS_EDITS)}")
+    if isinstance(lens_unchanged, str) or not isinstance(lens_unchanged, (list, tuple, set, frozenset)):
+        raise CheckFailed(f"lens_unchanged should be a list of letters among {sorted(LENS_EDITS)} (e.g. ['c']), "
+                          f"got {type(lens_unchanged).__name__} {str(lens_unchanged)[:40]}")
+    unknown = [x for x in lens_unchanged if x not in LENS_EDITS]
+    if unknown:
+        raise CheckFailed(f"lens_unchanged: {unknown} not among the edits {sorted(LENS_EDITS)}")
+    if set(lens_unchanged) != {"a", "b"}:
+        raise CheckFailed("lens_unchanged: not right. Which of the four edits does the final norm undo before "
+                          "the unembedding reads the stream, and which pass through it (eps aside)? Try each "
+                          "on a stream with your logit_lens")
+
+
 @exercise_check(forbidden=_LAYER_NORMS)
-def check_logit_lens(logit_lens: Callable) -> str:
-    """``logit_lens(resid, norm_weight, norm_bias, unembed)``: ``(..., C)`` residual stream ->
+def check_logit_lens(logit_lens: Callable, lens_unchanged: Any) -> str:
+    """``lens_unchanged``: the edits of :data:`LENS_EDITS` that leave the lens's logits unchanged
+    (eps aside): ["a", "b"], the stream's scale and a shift equal in every channel, which the norm
+    removes. ``logit_lens(resid, norm_weight, norm_bias, unembed)``: ``(..., C)`` residual stream ->
     ``(..., V)`` logits: the final LayerNorm (eps 1e-5, written out) and the unembedding ``(V, C)``."""
+    _lens_prediction(lens_unchanged)
     gen = rng(1602)
     # the last stream varies by about 3e-3 around its mean: its variance (~1e-5) is the size of eps,
     # so eps outside the root, or no eps, gives other logits
@@ -165,13 +203,23 @@ def _constant_head(model, weights: dict, layer: int, head: int) -> None:
     weights[f"blocks.{layer}.attn.qkv.weight"] = attn.qkv.weight.detach().clone()
 
 
+_ABLATION_EFFECTS = ("changes the loss", "leaves the loss unchanged")
+
+
 @exercise_check
-def check_head_ablation(head_ablation: Callable) -> str:
-    """``head_ablation(config, weights, ids, mode)``: ``(L, H)`` increase of the mean next-token loss
+def check_head_ablation(head_ablation: Callable, constant_head: Any) -> str:
+    """``constant_head``: the prediction, for a head that writes the same vector whatever the input,
+    ``{"zero": ..., "mean": ...}``, each "changes the loss" or "leaves the loss unchanged": zero
+    ablation changes it, mean ablation leaves it unchanged (the mean is the vector itself).
+    ``head_ablation(config, weights, ids, mode)``: ``(L, H)`` increase of the mean next-token loss
     of ``ids`` when one head's output (``hook_z``) is replaced by zeros (``mode="zero"``) or by its
     mean over the batch and positions of the same run (``mode="mean"``), for every head. Each model
     has one planted head that writes the same vector at every position, which mean ablation must
     leave untouched (a change of 0) and zero ablation does not."""
+    guess = choice_answers(constant_head, "constant_head", {"zero": _ABLATION_EFFECTS, "mean": _ABLATION_EFFECTS})
+    if guess != {"zero": "changes the loss", "mean": "leaves the loss unchanged"}:
+        raise CheckFailed("constant_head: not right. For each kind of ablation, what is put in place of the head's "
+                          "output, and how does it differ from what the head wrote before, at every position?")
     for seed in (1603, 1604):
         config, weights, ids, model = _model_case(seed)
         L, H = config["num_layers"], config["num_heads"]
@@ -265,9 +313,12 @@ def check_logit_attribution(logit_attribution: Callable) -> str:
     the final LayerNorm's scale frozen at the whole stream's: ``U_y · (w ⊙ (c_i - mean(c_i))) / σ(x)``.
     The shares add up to the logit minus ``U_y · b``, the norm's bias, which belongs to no term."""
     gen = rng(1607)
-    for N, B, C, V in ((5, 7, 16, 11), (3, 4, 8, 5), (6, 2, 12, 9)):
+    # the last case's stream varies by about 3e-3 around its mean: its variance is the size of eps,
+    # so a scale without eps, or with eps outside the root, splits the logit otherwise
+    for N, B, C, V, scale in ((5, 7, 16, 11, 1.0), (3, 4, 8, 5, 1.0), (6, 2, 12, 9, 1.0), (4, 3, 10, 6, 1e-3)):
         components = torch.randn(N, B, C, generator=gen, dtype=torch.float64) * (1 + torch.arange(N)[:, None, None])
         components += torch.randn(N, 1, C, generator=gen, dtype=torch.float64)  # each term its own mean
+        components *= scale
         components[-1] = 2.5  # a bias-like term, the same in every channel: the norm removes it
         weight = 1 + 0.5 * torch.randn(C, generator=gen, dtype=torch.float64)
         bias = torch.randn(C, generator=gen, dtype=torch.float64)
@@ -299,9 +350,10 @@ def check_logit_attribution(logit_attribution: Callable) -> str:
             raise CheckFailed(f"{what} do not add up: with the norm's bias term added they should give the "
                               f"target's logit, and they miss it by up to {(total - target_logit).abs().max():.3g}. "
                               f"The mean is linear, so each term can be centred on its own; the scale is one "
-                              f"number per position, the whole stream's, or the shares cannot add up")
+                              f"number per position, the whole stream's standard deviation with eps inside the root, or "
+                              f"the shares cannot add up to the logit the norm gives")
         if not torch.allclose(got, expected, atol=1e-6, rtol=1e-6):
             raise CheckFailed(f"{what} add up to the logit but are split wrongly among the terms: a term the "
                               f"same in every channel is removed by the centring (its share is 0), and the "
                               f"norm's bias belongs to no term")
-    return "three sets of terms: each share right, and the shares add up to the logit"
+    return "four sets of terms, one whose stream's variance is the size of eps: each share right, and the shares add up to the logit"

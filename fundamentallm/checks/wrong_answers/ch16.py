@@ -55,26 +55,44 @@ wrong_answer("check_classify_heads", "mistake", "the duplicate-token key one pos
 wrong_answer("check_classify_heads", "edge", "no threshold: every head gets the kind of its largest score", _CLASSIFY,
              call="lambda p, S: classify(p, S, threshold=-1.0)", message=r"'other'")
 
+wrong_answer("check_classify_heads", "edge", "the first-position score counts query 0 (which has no other key to choose)",
+             _CLASSIFY.replace("p[:, :, rest, 0]", "p[:, :, torch.arange(T), 0]"), call="classify",
+             message=r"head \(1, 2\) is not 'first'")
+
+wrong_answer("check_classify_heads", "method", "a vote of each query's largest weight instead of the mean attention the "
+             "statement defines", """
+def classify(patterns, S):
+    t, out = torch.arange(2 * S), {}
+    for layer, p in enumerate(patterns):
+        for h in range(p.shape[1]):
+            a = p[:, h].argmax(-1)  # (B, T)
+            votes = {"previous": (a[:, 1:] == t[1:] - 1).float().mean(), "induction": (a[:, S:] == t[S:] - S + 1).float().mean(),
+                     "duplicate": (a[:, S:] == t[S:] - S).float().mean(), "first": (a[:, 1:] == 0).float().mean()}
+            kind = max(votes, key=votes.get)
+            out[(layer, h)] = kind if votes[kind] > 0.5 else "other"
+    return out
+""", call="classify", message=r"no score above 0.5")
+
 wrong_answer("check_classify_heads", "value", "a list of kinds instead of a dict", _CLASSIFY,
              call="lambda p, S: list(classify(p, S).values())", message=r"should return a dict")
 
 wrong_answer("check_logit_lens", "mistake", "skips the final norm", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     return resid @ unembed.T
-""", call="logit_lens", message=r"through the final norm")
+""", call="logit_lens, ['a', 'b']", message=r"through the final norm")
 
 wrong_answer("check_logit_lens", "mistake", "an RMS norm (no centring)", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     x = resid / torch.sqrt((resid ** 2).mean(-1, keepdim=True) + 1e-5)
     return (x * norm_weight + norm_bias) @ unembed.T
-""", call="logit_lens", message=r"centre")
+""", call="logit_lens, ['a', 'b']", message=r"centre")
 
 wrong_answer("check_logit_lens", "edge", "the norm without its weight and bias", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     x = resid - resid.mean(-1, keepdim=True)
     x = x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + 1e-5)
     return x @ unembed.T
-""", call="logit_lens", message=r"weight and bias")
+""", call="logit_lens, ['a', 'b']", message=r"weight and bias")
 
 wrong_answer("check_logit_lens", "method", "torch's layer_norm under another name", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
@@ -83,28 +101,42 @@ def logit_lens(resid, norm_weight, norm_bias, unembed):
         ln.weight.copy_(norm_weight)
         ln.bias.copy_(norm_bias)
     return ln(resid) @ unembed.T
-""", call="logit_lens", message=r"not to use torch(\.nn\.functional)?\.layer_norm")
+""", call="logit_lens, ['a', 'b']", message=r"not to use torch(\.nn\.functional)?\.layer_norm")
 
 wrong_answer("check_logit_lens", "method", "group_norm with one group: a LayerNorm under another name", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     C = resid.shape[-1]
     x = F.group_norm(resid.reshape(-1, C), 1, norm_weight, norm_bias, eps=1e-5)
     return x.reshape(resid.shape) @ unembed.T
-""", call="logit_lens", message=r"not to use torch(\.nn\.functional)?\.group_norm")
+""", call="logit_lens, ['a', 'b']", message=r"not to use torch(\.nn\.functional)?\.group_norm")
 
 wrong_answer("check_logit_lens", "method", "batch_norm over the transposed stream: a LayerNorm under another name", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     C = resid.shape[-1]
     x = F.batch_norm(resid.reshape(-1, C).T, None, None, training=True, eps=1e-5).T
     return (x.reshape(resid.shape) * norm_weight + norm_bias) @ unembed.T
-""", call="logit_lens", message=r"not to use torch(\.nn\.functional)?\.batch_norm")
+""", call="logit_lens, ['a', 'b']", message=r"not to use torch(\.nn\.functional)?\.batch_norm")
+
+wrong_answer("check_logit_lens", "method", "torch.ops.aten's layer_norm kernel, called directly", """
+def logit_lens(resid, norm_weight, norm_bias, unembed):
+    return torch.ops.aten.layer_norm(resid, [resid.shape[-1]], norm_weight, norm_bias, 1e-5) @ unembed.T
+""", call="logit_lens, ['a', 'b']", message=r"not to use torch\.ops\.aten\.layer_norm")
+
+wrong_answer("check_logit_lens", "mistake", "predicts that only the stream's scale is undone (the norm's centring forgotten)",
+             "", call="lambda *a: None, ['a']", message=r"lens_unchanged: not right")
+
+wrong_answer("check_logit_lens", "mistake", "predicts that the norm removes any fixed offset, a vector as well as a number",
+             "", call="lambda *a: None, ['a', 'b', 'c']", message=r"lens_unchanged: not right")
+
+wrong_answer("check_logit_lens", "value", "a prediction written as one string", "",
+             call="lambda *a: None, 'ab'", message=r"should be a list of letters")
 
 wrong_answer("check_logit_lens", "edge", "eps added to the standard deviation, outside the root", """
 def logit_lens(resid, norm_weight, norm_bias, unembed):
     x = resid - resid.mean(-1, keepdim=True)
     x = x / (torch.sqrt((x ** 2).mean(-1, keepdim=True)) + 1e-5)
     return (x * norm_weight + norm_bias) @ unembed.T
-""", call="logit_lens", message=r"eps inside the root")
+""", call="logit_lens, ['a', 'b']", message=r"eps inside the root")
 
 _BUILD = """
 from fundamentallm import Transformer, TransformerConfig
@@ -155,7 +187,7 @@ def head_ablation(config, weights, ids, mode="zero"):
         delta = _loss(model, ids, {f"blocks.{layer}.attn.hook_z": lambda z, n: torch.zeros_like(z)}) - base
         out[layer] = delta
     return out
-""", call="head_ablation", message=r"one head of one layer at a time")
+""", call="head_ablation, {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}", message=r"one head of one layer at a time")
 
 wrong_answer("check_head_ablation", "mistake", "returns the ablated loss, not its change", _BUILD + """
 def head_ablation(config, weights, ids, mode="zero"):
@@ -170,7 +202,7 @@ def head_ablation(config, weights, ids, mode="zero"):
                 return z
             out[layer, head] = _loss(model, ids, {f"blocks.{layer}.attn.hook_z": ablate})
     return out
-""", call="head_ablation", message=r"ablated loss minus the clean loss")
+""", call="head_ablation, {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}", message=r"ablated loss minus the clean loss")
 
 wrong_answer("check_head_ablation", "edge", "zeroes the head's channels after out_proj (hook_attn_out)", _BUILD + """
 def head_ablation(config, weights, ids, mode="zero"):
@@ -187,25 +219,33 @@ def head_ablation(config, weights, ids, mode="zero"):
                 return a
             out[layer, head] = _loss(model, ids, {f"blocks.{layer}.hook_attn_out": ablate}) - base
     return out
-""", call="head_ablation", message=r"before out_proj mixes the heads")
+""", call="head_ablation, {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}", message=r"before out_proj mixes the heads")
 
 wrong_answer("check_head_ablation", "value", "NaN", """
 def head_ablation(config, weights, ids, mode="zero"):
     return torch.full((config["num_layers"], config["num_heads"]), float("nan"))
-""", call="head_ablation", message=r"NaN or infinity")
+""", call="head_ablation, {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}", message=r"NaN or infinity")
 
 wrong_answer("check_head_ablation", "mistake", "zero ablation whatever the mode", _BUILD,
-             call="lambda c, w, ids, mode: ablation_table(c, w, ids, 'zero')",
+             call="lambda c, w, ids, mode: ablation_table(c, w, ids, 'zero'), {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}",
              message=r"mode='mean'.*by 0")
 
 wrong_answer("check_head_ablation", "mistake", "mean ablation with one scalar per head (the mean over D as well)", _BUILD,
-             call="lambda c, w, ids, mode: ablation_table(c, w, ids, mode, axes=(0, 1, 3))",
+             call="lambda c, w, ids, mode: ablation_table(c, w, ids, mode, axes=(0, 1, 3)), {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}",
              message=r"one D-vector per head")
 
 wrong_answer("check_head_ablation", "edge", "mean ablation from another batch (the mean of random sequences, not of ids)", _BUILD,
              call="lambda c, w, ids, mode: ablation_table(c, w, ids, mode, mean_ids=torch.randint("
-                  "0, c['vocab_size'], ids.shape, generator=torch.Generator().manual_seed(0)))",
+                  "0, c['vocab_size'], ids.shape, generator=torch.Generator().manual_seed(0))), {'zero': 'changes the loss', 'mean': 'leaves the loss unchanged'}",
              message=r"mean over the batch and the positions of the\s+same run")
+
+wrong_answer("check_head_ablation", "mistake", "predicts that removing a head that computes nothing changes nothing, "
+             "whichever ablation", "", call="lambda *a: None, {'zero': 'leaves the loss unchanged', "
+             "'mean': 'leaves the loss unchanged'}", message=r"constant_head: not right")
+
+wrong_answer("check_head_ablation", "mistake", "predicts that any ablation of a head changes the loss", "",
+             call="lambda *a: None, {'zero': 'changes the loss', 'mean': 'changes the loss'}",
+             message=r"constant_head: not right")
 
 _PATCH = """
 from fundamentallm import Transformer, TransformerConfig
@@ -290,6 +330,9 @@ wrong_answer("check_logit_attribution", "edge", "the norm's bias spread over the
 wrong_answer("check_logit_attribution", "edge", "the bias-like term given a share (the whole share put on the last term)", _DLA,
              call="lambda *a: torch.cat([shares(*a)[:-2], (shares(*a)[-2] - 1.0)[None], (shares(*a)[-1] + 1.0)[None]])",
              message=r"split wrongly")
+
+wrong_answer("check_logit_attribution", "edge", "the scale without eps (the stream's standard deviation alone)",
+             _DLA.replace("+ 1e-5).sqrt()", ").sqrt()"), call="shares", message=r"eps inside the root")
 
 wrong_answer("check_logit_attribution", "method", "gradient x input with autograd (the norm is scale-invariant: the "
              "products add up to 0, not to the logit)", """
