@@ -14,7 +14,8 @@ from .predict import answer_given
 
 # Ways around "derive it by hand": autograd, and the library routines that compute a matrix power
 # or a spectral norm numerically.
-_NO_AUTOGRAD = ("torch.autograd.functional.jacobian", "torch.autograd.grad", "torch.autograd.backward",
+_NO_AUTOGRAD = ("torch.func.jacrev", "torch.func.jacfwd", "torch.func.vjp", "torch.func.jvp", "torch.func.grad",
+                "torch.func.hessian", "torch.autograd.functional.jacobian", "torch.autograd.grad", "torch.autograd.backward",
                 "torch.Tensor.backward", "torch.autograd.forward_ad", "torch.func",
                 "sympy", "mpmath")  # computer algebra (W^n in closed form) and high-precision numerics
 # numpy.linalg as a whole: every function of the module (norm, matrix_power, svd, eig, ...).

@@ -148,7 +148,9 @@ _BN_BACKWARD_KERNELS = tuple(f"torch.ops.aten.{n}" for n in (
     f"torch.{n}" for n in ("batch_norm_backward_reduce", "batch_norm_backward_elemt") if hasattr(torch, n))
 
 
-@exercise_check(forbidden=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward", "torch.func",
+@exercise_check(forbidden=("torch.func.vjp", "torch.func.jacrev", "torch.func.jacfwd", "torch.func.jvp", "torch.func.grad",
+                           "torch.func.linearize", "torch.func.hessian",  # defined in torch._functorch: named one by one
+                           "torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward", "torch.func",
                            "torch.autograd.forward_ad", "torch.autograd.functional", "sympy", "mpmath")
                 + _BN_BACKWARD_KERNELS,
                 by_hand=True)

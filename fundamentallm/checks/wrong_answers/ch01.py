@@ -292,3 +292,13 @@ def leaky_bptt_jacobian(hs, W_h, alpha):
             / (12 * s) for e in torch.eye(d, dtype=hs.dtype)]
     return torch.stack(cols, 1)
 """, call="leaky_bptt_jacobian", message=r"difference quotient")
+
+wrong_answer("check_leaky_bptt_jacobian", "method", "each step's Jacobian by torch.func.jacrev of the rebuilt step", """
+def leaky_bptt_jacobian(hs, W_h, alpha):
+    J = torch.eye(W_h.shape[0], dtype=W_h.dtype)
+    for h_prev, h in zip(hs[:-1], hs[1:]):
+        pre = torch.atanh((h - (1 - alpha) * h_prev) / alpha) - W_h @ h_prev  # W_x x_k + b
+        step = lambda z, pre=pre: (1 - alpha) * z + alpha * torch.tanh(W_h @ z + pre)
+        J = torch.func.jacrev(step)(h_prev) @ J
+    return J
+""", call="leaky_bptt_jacobian", message=r"torch\.func\.jacrev")

@@ -300,3 +300,10 @@ def batch_norm_backward(x, gamma, dy, eps=1e-5):
     xhat = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + eps)
     return dx, (dy * xhat).sum(0), dy.sum(0)
 """, call="batch_norm_backward", message=r"complex-step differentiation")
+
+wrong_answer("check_batch_norm_backward", "method", "the vector-Jacobian product of F.batch_norm by torch.func.vjp", """
+def batch_norm_backward(x, gamma, dy, eps=1e-5):
+    _, vjp = torch.func.vjp(lambda a, g, b: F.batch_norm(a, None, None, g, b, training=True, eps=eps),
+                            x, gamma, torch.zeros_like(gamma))
+    return vjp(dy)
+""", call="batch_norm_backward", message=r"torch\.func\.vjp")
