@@ -32,13 +32,19 @@ def quantize_rows_loop(w, bits):
     return torch.tensor(rows, dtype=torch.float64), torch.tensor(scales, dtype=torch.float64)
 
 
-def acceptance_by_loop(p, q):
-    # sum over proposals x of q(x) * min(1, p(x) / q(x)), skipping tokens never proposed
-    return sum(qx * min(1.0, px / qx) for px, qx in zip(p.tolist(), q.tolist()) if qx > 0)
+def shortcut_by_loop(p, q):
+    # by cases: accepted as the proposal (q(x) * min(1, p/q), tokens never proposed add 0), or a
+    # replacement from p after a rejection of whichever token was proposed
+    pl, ql = p.tolist(), q.tolist()
+    kept = [qx * min(1.0, px / qx) if qx > 0 else 0.0 for px, qx in zip(pl, ql)]
+    reject = sum(qx * (1 - min(1.0, px / qx)) for px, qx in zip(pl, ql) if qx > 0)
+    return torch.tensor([k + reject * px for k, px in zip(kept, pl)], dtype=torch.float64)
 
 
-def acceptance_by_total_variation(p, q):
-    return 1 - 0.5 * (p - q).abs().sum()  # a 0-d tensor
+def shortcut_float32(p, q):
+    p, q = p.float(), q.float()
+    a = torch.minimum(p, q)
+    return a + (1 - a.sum()) * p
 
 
 def speedup_by_sum(alpha, k, c):
@@ -51,47 +57,70 @@ def fit_by_search(lengths, memory, max_seq_len, block_size):
     return min(len(lengths), memory // max_seq_len), paged
 
 
-def online_softmax_python(x, block_size):
-    m, total = -math.inf, 0.0
-    values = x.tolist()
-    for i in range(0, len(values), block_size):
-        block = values[i:i + block_size]
-        new = max(m, max(block))
-        total = total * math.exp(m - new) + sum(math.exp(v - new) for v in block)
+def cross_entropy_python(blocks, target):
+    m, total, position, picked = -math.inf, 0.0, 0, None
+    for block in blocks:
+        for value in block.tolist():
+            new = max(m, value)
+            total = total * math.exp(m - new) + math.exp(value - new)
+            m = new
+            if position == target:
+                picked = value
+            position += 1
+    return m + math.log(total) - picked
+
+
+def cross_entropy_tensor_state(blocks, target):
+    # the running state kept as 0-d tensors, the target's score found with a mask
+    m = torch.tensor(-math.inf, dtype=torch.float64)
+    total = torch.tensor(0.0, dtype=torch.float64)
+    picked, start = torch.tensor(0.0, dtype=torch.float64), 0
+    for block in blocks:
+        new = torch.maximum(m, block.max())
+        total = total * torch.exp(m - new) + torch.exp(block - new).sum()
         m = new
-    return torch.tensor([math.exp(v - m) / total for v in values])
+        index = torch.arange(start, start + len(block))
+        picked = picked + (block * (index == target)).sum()
+        start += len(block)
+    return m + torch.log(total) - picked
 
 
 CORRECT = {
     "check_quantize_rows": [quantize_rows_with_package, quantize_rows_loop],
-    "check_acceptance_probability": [acceptance_by_loop, acceptance_by_total_variation],
+    "check_shortcut_distribution": [shortcut_by_loop, shortcut_float32],
     "check_speculative_speedup": [speedup_by_sum],
     "check_requests_that_fit": [fit_by_search],
-    "check_online_softmax": [online_softmax_python],
+    "check_streamed_cross_entropy": [cross_entropy_python, cross_entropy_tensor_state],
 }
 
 test_check_passes_on_correct_answer, test_check_fails_on_stub, test_check_fails_on_wrong_answer = \
     table_tests(CORRECT, {})
 
 
-def test_online_softmax_refuses_torchs_softmax():
-    with pytest.raises(CheckFailed, match="not to use"):
-        checks.check_online_softmax(lambda x, block_size: torch.nn.functional.softmax(x, dim=0))
+def test_streamed_cross_entropy_refuses_torchs_functions():
+    def through_cross_entropy(blocks, target):
+        return float(torch.nn.functional.cross_entropy(torch.cat([b.clone() for b in blocks])[None],
+                                                       torch.tensor([target])))
+
+    for answer in (through_cross_entropy,
+                   lambda blocks, target: float(-torch.log_softmax(torch.cat([b.clone() for b in blocks]), 0)[target])):
+        with pytest.raises(CheckFailed, match="not to use"):
+            checks.check_streamed_cross_entropy(answer)
 
 
-def test_online_softmax_refuses_the_packages_tiled_attention():
-    from fundamentallm.flash import tiled_attention
+def test_streamed_cross_entropy_refuses_kept_blocks():
+    def two_passes(blocks, target):
+        kept = list(blocks)
+        m = max(float(b.max()) for b in kept)
+        x = torch.cat(kept)
+        return m + math.log(float(torch.exp(x - m).sum())) - float(x[target])
 
-    def through_attention(x, block_size):
-        v = torch.eye(len(x))
-        return tiled_attention(torch.ones(1, 1), x[:, None] * 1.0, v, block_size)[0]
-
-    with pytest.raises(CheckFailed, match="not to use"):
-        checks.check_online_softmax(through_attention)
+    with pytest.raises(CheckFailed, match="after the next one was read"):
+        checks.check_streamed_cross_entropy(two_passes)
 
 
 def test_nan_answers_fail():
     with pytest.raises(CheckFailed, match="finite"):
         checks.check_speculative_speedup(lambda alpha, k, c: float("nan"))
     with pytest.raises(CheckFailed, match="NaN"):
-        checks.check_acceptance_probability(lambda p, q: float("nan"))
+        checks.check_shortcut_distribution(lambda p, q: p * float("nan"))

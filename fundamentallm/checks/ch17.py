@@ -1,5 +1,5 @@
 """Checks for the exercises of chapter 17: making generation cheap (quantization, speculative
-decoding, a paged KV cache, the online softmax)."""
+decoding, a paged KV cache, the online softmax over a streamed vocabulary)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,11 @@ def check_quantize_rows(quantize_rows: Callable) -> str:
 
 
 @exercise_check
-def check_acceptance_probability(acceptance_probability: Callable) -> str:
-    """``acceptance_probability(p, q)``: the probability that one proposal ``x ~ q`` of the draft is
-    accepted under the rule ``min(1, p(x) / q(x))``: ``sum_x min(p(x), q(x))``."""
+def check_shortcut_distribution(shortcut_distribution: Callable) -> str:
+    """``shortcut_distribution(p, q)``: the exact distribution of the token one verdict keeps when
+    the draft proposes ``x ~ q``, it is kept with probability ``min(1, p(x)/q(x))``, and a rejection
+    is replaced by a sample of ``p`` itself (not of the residual):
+    ``min(p, q) + (1 - sum min(p, q)) * p``."""
     gen = rng(1701)
     cases = []
     for V in (5, 2, 30):
@@ -72,22 +74,34 @@ def check_acceptance_probability(acceptance_probability: Callable) -> str:
     cases.append((torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0], dtype=torch.float64),
                   torch.tensor([0.0, 0.25, 0.25, 0.5, 0.0], dtype=torch.float64)))  # q = 0: never proposed
     for p, q in cases:
-        expected = float(torch.minimum(p, q).sum())
-        what = f"acceptance_probability for V={len(p)}" + (" (q = 0 where p > 0)" if bool((q == 0).any()) else "")
-        got = acceptance_probability(p.clone(), q.clone())
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if isinstance(got, float) and not math.isfinite(got):
-            raise CheckFailed(f"{what} is NaN or infinite: a token the draft never proposes (q = 0) adds "
-                              f"nothing, since it is never the proposal; weight each ratio by q before "
-                              f"dividing")
-        if isinstance(got, float) and abs(got - float((p * q).sum())) < 1e-9 < abs(got - expected):
-            raise CheckFailed(f"{what} is wrong: it is not the chance that draft and target pick the same "
-                              f"token; the target never samples here, it accepts x with probability "
-                              f"min(1, p(x)/q(x))")
-        assert_close_number(got, expected, what, rtol=1e-9, atol=1e-12,
-                            hint=f"{what} is wrong: average the acceptance rule over the proposals, each "
-                                 f"proposed with the draft's probability q(x)")
+        kept = torch.minimum(p, q)
+        expected = kept + (1 - kept.sum()) * p
+        what = f"shortcut_distribution for V={len(p)}" + (" (q = 0 for some tokens)" if bool((q == 0).any()) else "")
+        got = shortcut_distribution(p.clone(), q.clone())
+        if not isinstance(got, torch.Tensor):
+            raise CheckFailed(f"{what} should be a torch.Tensor of shape ({len(p)},), got {type(got).__name__}")
+        check_shape(got, (len(p),), what)
+        got = got.detach().double()
+        if not bool(torch.isfinite(got).all()):
+            raise CheckFailed(f"{what} holds NaN or infinity: a token the draft never proposes (q = 0) is "
+                              f"never accepted, so it adds nothing through acceptance; weight each ratio by q "
+                              f"before dividing, or avoid the ratio")
+        if abs(float(got.sum()) - 1) > 1e-6:
+            raise CheckFailed(f"{what} sums to {float(got.sum()):.4f}, not 1: a replacement is drawn only when "
+                              f"the proposal is rejected; weight it by the chance of a rejection")
+        if torch.allclose(got, expected, rtol=0, atol=1e-7):
+            continue
+        if float((got - expected).abs().max()) < 0.03:
+            raise CheckFailed(f"{what} is close but not exact (off by {float((got - expected).abs().max()):.1e}): "
+                              f"a sample estimate? Add, for each token, the probability of the two ways it can be "
+                              f"kept: proposed and accepted, or a rejection and then the replacement")
+        if torch.allclose(got, p, rtol=0, atol=1e-7):
+            raise CheckFailed(f"{what} is wrong: that is the target's own distribution, which the residual rule "
+                              f"keeps; with the shortcut, add up the two ways a token can be kept and see whether "
+                              f"they still make p")
+        raise CheckFailed(f"{what} is wrong: a token is kept either as the accepted proposal (proposed with "
+                          f"probability q, then accepted) or as the replacement after a rejection (any proposal "
+                          f"rejected, then this token drawn from the replacement's distribution)")
     return "five pairs of distributions, an identical pair and a draft that never proposes some tokens included"
 
 
@@ -121,12 +135,23 @@ def _fit(lengths, memory, size):
     return len(lengths)
 
 
+def _fit_skipping(lengths, memory, size):
+    """How many fit when a request that does not fit is skipped and the next ones are tried."""
+    held, count = 0, 0
+    for n in lengths:
+        need = math.ceil(n / size) * size
+        if held + need <= memory:
+            held, count = held + need, count + 1
+    return count
+
+
 @exercise_check
 def check_requests_that_fit(requests_that_fit: Callable) -> str:
     """``requests_that_fit(lengths, memory, max_seq_len, block_size)``: how many of the requests,
     admitted in order, fit at once in ``memory`` cache positions: ``(contiguous, paged)``."""
     cases = [([100, 30, 300, 5, 64, 200], 1024, 512, 16), ([16, 16, 16, 16], 64, 64, 16),
-             ([1, 2, 3, 4, 5, 6, 7, 8], 40, 32, 8), ([500, 10], 400, 512, 16), ([40, 7, 90, 3, 12], 160, 128, 32)]
+             ([1, 2, 3, 4, 5, 6, 7, 8], 40, 32, 8), ([500, 10], 400, 512, 16), ([40, 7, 90, 3, 12], 160, 128, 32),
+             ([30, 50, 20], 4096, 256, 16)]
     for lengths, memory, max_seq_len, size in cases:
         expected = (min(len(lengths), memory // max_seq_len), _fit(lengths, memory, size))
         call = f"requests_that_fit({lengths}, {memory}, {max_seq_len}, {size})"
@@ -135,39 +160,73 @@ def check_requests_that_fit(requests_that_fit: Callable) -> str:
             raise CheckFailed(f"{call} should return a pair (contiguous, paged)")
         assert_close_number(got[0], expected[0], f"the contiguous count of {call}", hint=(
             f"the contiguous count of {call} is wrong: a contiguous cache reserves max_seq_len positions "
-            f"for every request when it starts, however long the request turns out"))
+            f"for every request when it starts, however long the request turns out, and it cannot hold "
+            f"more requests than there are"))
         paged = finite_number(got[1], f"the paged count of {call}")
         if paged != expected[1]:
             if paged == _fit(lengths, memory, 1):
                 raise CheckFailed(f"the paged count of {call} is wrong: a paged cache holds whole blocks, "
                                   f"a partly filled last block included")
-            if paged == _fit(sorted(lengths), memory, size):
-                raise CheckFailed(f"the paged count of {call} is wrong: the requests are admitted in order, "
-                                  f"not shortest first")
+            if paged in (_fit(sorted(lengths), memory, size), _fit_skipping(lengths, memory, size)):
+                raise CheckFailed(f"the paged count of {call} is wrong: the requests are admitted in the order "
+                                  f"given; one that does not fit stops the admission of those behind it")
             if paged == expected[1] - 1 and sum(math.ceil(n / size) * size for n in lengths[:expected[1]]) == memory:
                 raise CheckFailed(f"the paged count of {call} is wrong: requests that fill the memory "
                                   f"exactly all fit")
             raise CheckFailed(f"the paged count of {call} is wrong: count the requests, in order, whose "
                               f"blocks still fit in the memory")
-    return "five batches, one that fills its memory exactly and one whose first request does not fit"
+    return "six batches, one that fills its memory exactly, one whose first request does not fit and one with room to spare"
 
 
-@exercise_check(forbidden=("torch.softmax", "torch.log_softmax", "fundamentallm.flash"))
-def check_online_softmax(online_softmax: Callable) -> str:
-    """``online_softmax(x, block_size)``: ``softmax`` of a 1-D tensor, computed with a running
-    maximum and a running sum over blocks of ``block_size`` entries."""
+def _blocks(x: torch.Tensor, size: int, reuse: bool):
+    """The scores x as a stream of blocks of ``size``. With ``reuse``, every block is a view of one
+    buffer that the next block overwrites (a tile in on-chip memory), and the buffer is filled with
+    NaN once the stream ends: a block kept for later has changed by then."""
+    buffer = torch.empty(size, dtype=x.dtype)
+    for start in range(0, len(x), size):
+        n = min(size, len(x) - start)
+        if reuse:
+            buffer[:n] = x[start:start + n]
+            yield buffer[:n]
+        else:
+            yield x[start:start + n].clone()
+    if reuse:
+        buffer.fill_(float("nan"))
+
+
+@exercise_check(forbidden=("torch.softmax", "torch.log_softmax", "torch.logsumexp",
+                           "torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss",
+                           "fundamentallm.flash"))
+def check_streamed_cross_entropy(streamed_cross_entropy: Callable) -> str:
+    """``streamed_cross_entropy(blocks, target)``: ``-log softmax(s)[target]`` for scores ``s`` that
+    arrive as an iterator of 1-D blocks, each read once (a running maximum and sum, and the target's
+    score picked up as its block passes): ``logsumexp(s) - s[target]``."""
     gen = rng(1702)
-    cases = [(torch.randn(10, generator=gen), 3), (torch.arange(12.0) * 100, 4),
-             (torch.randn(7, generator=gen) * 50 + 800, 2), (torch.randn(5, generator=gen), 8)]
-    for x, size in cases:
-        expected = torch.exp(x.double() - x.double().max())
-        expected = expected / expected.sum()
-        got = online_softmax(x.clone(), size)
-        if isinstance(got, torch.Tensor) and not bool(torch.isfinite(got).all()):
-            raise CheckFailed(f"online_softmax of scores up to {float(x.max()):.0f} holds NaN or infinity: "
-                              f"exp overflows unless you subtract the running maximum")
-        got = _tensor(got, expected, f"online_softmax of {len(x)} scores in blocks of {size}")
-        if not torch.allclose(got, expected, rtol=1e-4, atol=1e-6):
-            raise CheckFailed(f"online_softmax of {len(x)} scores in blocks of {size} is wrong: when the "
-                              f"running maximum grows, rescale the running sum accumulated under the old one")
-    return "four score vectors, growing maxima and scores of several hundred included"
+    cases = [(torch.randn(10, generator=gen).double(), 3, 9),            # the target in a shorter last block
+             (torch.arange(12.0).double() * 100, 4, 0),                  # a maximum that grows every block
+             (torch.randn(7, generator=gen).double() * 50 + 800, 2, 3),  # scores of several hundred
+             (torch.randn(5, generator=gen).double(), 8, 2),             # one block
+             (torch.randn(50, generator=gen).double() * 3, 7, 23),
+             (torch.randn(9, generator=gen).double() * 20 - 900, 4, 4)]     # every score far below 0
+    for x, size, target in cases:
+        expected = float(torch.logsumexp(x, 0) - x[target])
+        what = (f"streamed_cross_entropy of {len(x)} scores up to {float(x.max()):.0f} in blocks of {size}, "
+                f"target {target}")
+        got = streamed_cross_entropy(_blocks(x, size, reuse=True), target)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, float) and not math.isfinite(got):
+            fresh = streamed_cross_entropy(_blocks(x, size, reuse=False), target)
+            fresh = fresh.item() if isinstance(fresh, torch.Tensor) and fresh.numel() == 1 else fresh
+            if isinstance(fresh, float) and math.isfinite(fresh):
+                raise CheckFailed(f"{what} is NaN: a block was used after the next one was read. The blocks "
+                                  f"come in one buffer, as tiles do in on-chip memory: keep a few running "
+                                  f"numbers between blocks, not the blocks")
+            raise CheckFailed(f"{what} is NaN or infinite: exp overflows (or, for scores far below 0, "
+                              f"underflows to a sum of 0) unless every exponent is taken relative to the "
+                              f"running maximum of the scores")
+        assert_close_number(got, expected, what, rtol=1e-6, atol=1e-6, hint=(
+            f"{what} is wrong: the running sum holds exp(s - m) for the running maximum m: rescale it when m "
+            f"grows, and remember that it is relative to m when you take its log; the target's score is "
+            f"the one at its index in the whole vocabulary"))
+    return "six score vectors: a growing maximum, scores of several hundred above and below 0, a target in a short last block"
