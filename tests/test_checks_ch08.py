@@ -64,3 +64,41 @@ def test_the_long_text_answer_follows_from_short_repetitions():
         package = ByteBPETokenizer.from_text("ab.xy." * 2 ** m, 256 + 100, pattern=None)
         learned = [package.token_bytes(i).decode() for i in package.merges.values()]
         assert learned[:5] == ["y.", "xy.", "b.", "b.xy.", "ab.xy."] and len(learned) == m + 4
+
+
+def test_a_helper_in_the_answers_own_cell_is_allowed_one_from_another_cell_is_not():
+    """check_chunked_bpe_encode refuses a call to a function another cell defines (the chapter's
+    bpe_encode: the exercise asks for the colleague's loop fixed), not a helper of the answer's own cell."""
+    from fundamentallm.checks import check_chunked_bpe_encode
+    from fundamentallm.checks.core import CheckFailed
+
+    helper = '''
+def encode_chunk(chunk, merges):
+    rank = lambda p: merges.get(p, float("inf"))
+    ids = list(chunk.encode("utf-8"))
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:]), key=rank)
+        if pair not in merges:
+            break
+        out, i = [], 0
+        while i < len(ids):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                out.append(merges[pair]); i += 2
+            else:
+                out.append(ids[i]); i += 1
+        ids = out
+    return ids
+'''
+    answer = '''
+import re
+def chunked_bpe_encode(text, merges, pattern):
+    return [i for chunk in re.findall(pattern, text) for i in encode_chunk(chunk, merges)]
+'''
+    same_cell: dict = {}
+    exec(compile(helper + answer, "<one cell>", "exec"), same_cell)  # noqa: S102
+    check_chunked_bpe_encode(same_cell["chunked_bpe_encode"])
+    two_cells: dict = {}
+    exec(compile(helper, "<the helper's cell>", "exec"), two_cells)  # noqa: S102
+    exec(compile(answer, "<the answer's cell>", "exec"), two_cells)  # noqa: S102
+    with pytest.raises(CheckFailed, match="encode_chunk, defined in another cell"):
+        check_chunked_bpe_encode(two_cells["chunked_bpe_encode"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import re
+import types
 from typing import Any, Callable
 
 import numpy as np
@@ -307,6 +309,30 @@ def check_bpe_prediction(predicted_merges: Any, long_text_prediction: Any = None
 _CH08_PATTERN = r"'(?:s|t|re|ve|m|ll|d)| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+"
 
 
+def _ch08_other_cells(fn: Callable) -> list[str]:
+    """The names of the functions ``fn`` calls by name that another notebook cell (another student
+    file) defines: the chapter's ``bpe_encode`` is one. The answer must be self-contained."""
+    from .core import _STUDENT, _file_kind
+
+    fn = inspect.unwrap(fn)  # the check receives the student's function wrapped
+    code, env = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if not isinstance(code, types.CodeType) or not isinstance(env, dict):
+        return []
+    names, stack = set(), [code]
+    while stack:  # the function and the functions, lambdas and comprehensions inside it
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    found = []
+    for name in sorted(names):
+        obj = env.get(name)
+        other = getattr(inspect.unwrap(obj), "__code__", None) if callable(obj) else None
+        if (isinstance(other, types.CodeType) and other.co_filename != code.co_filename
+                and _file_kind(other.co_filename) == _STUDENT):
+            found.append(name)
+    return found
+
+
 @exercise_check(forbidden=("fundamentallm.tokenizers",))
 def check_chunked_bpe_encode(chunked_bpe_encode: Callable) -> str:
     """``chunked_bpe_encode(text, merges, pattern)`` -> the ids of each chunk of
@@ -324,6 +350,11 @@ def check_chunked_bpe_encode(chunked_bpe_encode: Callable) -> str:
     cases = [(what, text, merges) for what, text in texts]
     cases.append(("'abc ab bc' with two merges that compete for the 'b'",
                   "abc ab bc", {(98, 99): 256, (97, 98): 257}))
+    outside = _ch08_other_cells(chunked_bpe_encode)
+    if outside:
+        raise CheckFailed(f"chunked_bpe_encode calls {', '.join(outside)}, defined in another cell: the "
+                          "exercise asks for a self-contained encoder, the colleague's loop with its bugs "
+                          "fixed; encoding each chunk with the chapter's encoder skips finding them")
     for what, text, merges in cases:
         got = _ch08_int_list(chunked_bpe_encode(text, dict(merges), _CH08_PATTERN), f"ids of {what}")
         chunks = re.findall(_CH08_PATTERN, text)

@@ -114,6 +114,29 @@ def chunked_bpe_encode(text, merges, pattern):
     return Tok(list(merges), pattern=pattern).encode(text)
 """, call="chunked_bpe_encode", message=r"not to use fundamentallm.tokenizers")
 
+wrong_answer("check_chunked_bpe_encode", "method", "the chapter's bpe_encode (another cell) on each chunk", """
+exec(compile('''
+def bpe_encode(text, merges):
+    rank = lambda p: merges.get(p, float("inf"))
+    ids = list(text.encode("utf-8"))
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:]), key=rank)
+        if pair not in merges:
+            break
+        out, i = [], 0
+        while i < len(ids):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                out.append(merges[pair]); i += 2
+            else:
+                out.append(ids[i]); i += 1
+        ids = out
+    return ids
+''', "<the chapter's bpe_encode cell>", "exec"), globals())
+import re
+def chunked_bpe_encode(text, merges, pattern):
+    return [i for chunk in re.findall(pattern, text) for i in bpe_encode(chunk, merges)]
+""", call="chunked_bpe_encode", message=r"self-contained")
+
 wrong_answer("check_make_windows", "mistake", "ignores the stride (every start)", """
 def make_windows(ids, block_size, stride):
     n = len(ids) - block_size
