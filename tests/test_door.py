@@ -177,3 +177,27 @@ def test_explicit_positions_are_checked_once_at_the_door(pos):
     with count_host_syncs() as counted:
         model(_ids(), token_positions=torch.arange(9))
     assert counted["syncs"] == 1  # the door's one read, not one per layer
+
+
+@pytest.mark.parametrize("attn_impl", ["explicit", "sdpa"])
+def test_the_padding_mask_is_checked_once_at_the_door_not_per_layer(attn_impl, monkeypatch):
+    """The door turns ``attention_mask`` into the key-padding mask and checks it; the layers a
+    model builds check neither it nor their input again. A layer used on its own still does, and a
+    bad mask is still named, at the door (issue 39, item 5)."""
+    from fundamentallm import attention
+
+    calls = []
+    check = attention._check_mask
+    monkeypatch.setattr(attention, "_check_mask", lambda *a: calls.append(1) or check(*a))
+    model, ids = _model(attn_impl=attn_impl), _ids()
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    model(ids, attention_mask=mask)
+    assert calls == []
+    with pytest.raises(ValueError, match="attention_mask must hold only 1"):
+        model(ids, attention_mask=mask * 2)
+    layer = attention.MultiHeadAttention(32, 4, causal=True)
+    layer(torch.randn(2, 9, 32), mask=attention.padding_mask(mask))
+    assert calls == [1]
+    with pytest.raises(ValueError, match="expects input"):
+        layer(torch.randn(2, 9, 16))
