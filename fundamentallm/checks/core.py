@@ -14,6 +14,7 @@ imports them on first use only (:func:`__getattr__`).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import importlib
 import importlib.util
@@ -66,7 +67,9 @@ class NotAttempted(CheckFailed):
     instead, so Run All goes on."""
 
 
-_STRICT = False
+# inside strict(), in this context only (a context variable, not a module-level switch: another
+# thread, or code outside the block, is not affected)
+_STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("fundamentallm_checks_strict", default=False)
 
 
 @contextlib.contextmanager
@@ -74,18 +77,17 @@ def strict():
     """Within the block, checks behave as outside IPython even in a notebook: a stub raises
     :class:`NotAttempted` and a pass returns ``True`` (nbgrader's check cells use it, since
     nbgrader gives the points of every cell that raises nothing)."""
-    global _STRICT
-    previous, _STRICT = _STRICT, True
+    token = _STRICT.set(True)
     try:
         yield
     finally:
-        _STRICT = previous
+        _STRICT.reset(token)
 
 
 def in_ipython() -> bool:
     """Whether the code runs in an IPython shell or kernel (Jupyter, Colab, VS Code), outside
     :func:`strict`."""
-    if _STRICT:
+    if _STRICT.get():
         return False
     ipython = sys.modules.get("IPython")
     get = getattr(ipython, "get_ipython", None)
@@ -463,7 +465,7 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any], by_hand: boo
 # --- The rest of the machinery, imported on first use (not mounted in the worker's sandbox) -----
 
 _ELSEWHERE = {
-    "seeds": ("rng", "grading_seed", "_mixed_seed"),
+    "seeds": ("rng", "grading_seed", "generator_as_told", "_mixed_seed"),
     "runner": ("exercise_check", "collect_passes", "is_student_object", "_snapshot", "_unchanged",
                "_student_call", "_verdict"),
     "compare": ("assert_same", "finite_number", "is_close_number", "assert_close_number", "check_shape",

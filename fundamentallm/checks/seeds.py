@@ -45,3 +45,11 @@ def grading_seed(seed: int):
         _SEED_OFFSET = previous_offset
         torch.random.set_rng_state(state)
         np.random.set_state(np_state)
+
+
+def generator_as_told(seed: int) -> torch.Generator:
+    """A ``torch.Generator`` seeded with exactly ``seed``: for a check whose reference repeats what
+    the student's function is told to do with a seed the check handed it (``seed`` itself drawn
+    from :func:`rng`, so the grader's seed reaches it). Not for a check's own inputs: those come
+    from :func:`rng`."""
+    return torch.Generator().manual_seed(int(seed))
