@@ -129,7 +129,7 @@ class MultiHeadAttention(nn.Module):
     causal mask still follows the order of the tokens. ``rope`` is a registered submodule, shared
     by every layer of a model (its tables are non-persistent buffers: no state-dict entries).
     ``check_inputs=False`` (what a model passes, having checked its inputs at its door) skips the
-    checks of the input's shape and of the mask on every call.
+    checks of the input's shape, of the mask and of the cache's room on every call.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
@@ -209,7 +209,7 @@ class MultiHeadAttention(nn.Module):
         if self.rope is not None:
             q, k = self.rope(q, start, token_positions), self.rope(k, start, token_positions)
         if kv_cache is not None:
-            k, v = kv_cache.write(self.layer_idx, k, v)  # (B, H_kv, start + T, D)
+            k, v = kv_cache.write(self.layer_idx, k, v, checked=not self._checks)  # (B, H_kv, start + T, D)
         T_k = k.shape[2]
         if mask is not None:  # check before combining with the causal mask
             if self._checks:

@@ -134,8 +134,11 @@ def check_call(model, input_ids, attention_mask, kv_cache, token_positions,
         raise ValueError("input_ids is empty (T=0)")
     if start + T > model.config.max_seq_len:
         raise ValueError(f"sequence length {start + T} exceeds max_seq_len={model.config.max_seq_len}")
-    if kv_cache is not None and kv_cache.num_layers != len(model.blocks):
-        raise ValueError(f"kv_cache has {kv_cache.num_layers} layers, the model has {len(model.blocks)}")
+    if kv_cache is not None:
+        if kv_cache.num_layers != len(model.blocks):
+            raise ValueError(f"kv_cache has {kv_cache.num_layers} layers, the model has {len(model.blocks)}")
+        # the cache's room, once for every layer (the layers then write without checking)
+        kv_cache.check_room(0, (input_ids.shape[0], model.config.kv_heads, T, model.config.head_dim))
     if token_positions is not None:
         check_token_positions(token_positions, tuple(input_ids.shape), model.config.max_seq_len, values=False)
     mask = None

@@ -201,3 +201,23 @@ def test_the_padding_mask_is_checked_once_at_the_door_not_per_layer(attn_impl, m
     assert calls == [1]
     with pytest.raises(ValueError, match="expects input"):
         layer(torch.randn(2, 9, 16))
+
+
+def test_the_cache_room_is_checked_once_per_forward_not_per_layer(monkeypatch):
+    """The door checks that the new keys fit the cache (batch, heads, width, room) once; the
+    layers then write unchecked. A cache too small for the model is still named at the door."""
+    from fundamentallm.cache import KVCache
+
+    calls = []
+    check = KVCache.check_room
+    monkeypatch.setattr(KVCache, "check_room", lambda self, *a: calls.append(a) or check(self, *a))
+    model, ids = _model(), _ids()
+    cache = model.make_kv_cache(2)
+    model(ids, kv_cache=cache)
+    assert len(calls) == 1 and len(model.blocks) == 2
+    small = KVCache(2, 4, 8, max_seq_len=10, num_layers=2)
+    model(ids, kv_cache=small)
+    with pytest.raises(ValueError, match=r"KV cache overflow: 9 cached \+ 9 new positions > max_seq_len=10"):
+        model(ids, kv_cache=small)
+    with pytest.raises(ValueError, match=r"KV cache holds \(B, H_kv, D\) = \(3, 4, 8\)"):
+        model(ids, kv_cache=KVCache(3, 4, 8, max_seq_len=24, num_layers=2))
