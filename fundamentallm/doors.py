@@ -5,9 +5,11 @@ of each public entry of a model (``forward``, ``hidden_states``, ``attention_map
 shapes for free, values with one host read (:func:`check_values`). A caller that has checked its
 data already (the Trainer when it receives it, ``generate`` for the prompt) runs the model inside
 :func:`fundamentallm.utils.inputs_checked`, which skips the value read. Past the door nothing is
-checked again: the layers a model builds (its position modules) are built with
-``check_inputs=False``, and the model's ``_run`` raises nothing. A layer used on its own
-(``MultiHeadAttention``, ``RotaryEmbedding``, a norm) checks its own inputs.
+checked again: the layers a model builds (its position modules and its attention layers) are
+built with ``check_inputs=False``, so neither the padding mask nor the cache's room
+(:meth:`~fundamentallm.cache.KVCache.check_room`) is checked per layer, and the model's ``_run``
+raises nothing. A layer used on its own (``MultiHeadAttention``, ``RotaryEmbedding``, a norm)
+checks its own inputs.
 """
 
 from __future__ import annotations
