@@ -35,6 +35,7 @@ from tqdm import tqdm
 from .data import DataSource
 from .evaluation import check_batch, check_data, evaluate, mask_kwargs
 from .optimizers import make_optimizer, muon_parameters
+from .recipes import OPTIMIZERS, PRECISIONS, SAMPLINGS, SCHEDULES  # noqa: F401  (the choices, as before)
 from .train_config import TrainConfig, lr_at
 from .utils import get_device, inputs_checked, rng_state, set_rng_state
 
