@@ -66,9 +66,17 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         raise ValueError(f"k and v must have the same number of keys, got {k.shape[-2]} and {v.shape[-2]}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p={dropout_p} must be in [0, 1)")
+    if mask is not None:
+        _check_mask(mask, torch.Size((*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])))
+    return _attend(q, k, v, mask, dropout_p, return_weights)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor] = None,
+            dropout_p: float = 0.0, return_weights: bool = False):
+    """:func:`scaled_dot_product_attention` on arguments already checked: what a
+    :class:`MultiHeadAttention` layer runs, once its inputs (or its model's) have been checked."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T_q, T_k)
     if mask is not None:
-        _check_mask(mask, scores.shape)
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
@@ -120,14 +128,19 @@ class MultiHeadAttention(nn.Module):
     gives RoPE other positions than ``length..length+T-1`` (packed sequences, left padding); the
     causal mask still follows the order of the tokens. ``rope`` is a registered submodule, shared
     by every layer of a model (its tables are non-persistent buffers: no state-dict entries).
+    ``check_inputs=False`` (what a model passes, having checked its inputs at its door) skips the
+    checks of the input's shape, of the mask and of the cache's room on every call.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  causal: bool = False, fused_qkv: bool = True, rope: Optional[RotaryEmbedding] = None,
                  use_sdpa: bool = False, num_kv_heads: Optional[int] = None, qkv_bias: Optional[bool] = None,
                  sliding_window: Optional[int] = None, qk_norm: bool = False, norm_eps: float = 1e-6,
-                 layer_idx: int = 0) -> None:
+                 layer_idx: int = 0, check_inputs: bool = True) -> None:
         super().__init__()
+        # a layer used on its own checks its input and mask; one a model builds does not (the
+        # model's door checked them once, for every layer: fundamentallm/doors.py)
+        self._checks = bool(check_inputs)
         if isinstance(layer_idx, bool) or not isinstance(layer_idx, int) or layer_idx < 0:
             raise ValueError(f"layer_idx={layer_idx!r} must be an integer >= 0")
         self.layer_idx = layer_idx
@@ -159,7 +172,7 @@ class MultiHeadAttention(nn.Module):
 
     # The explicit path's attention function. fundamentallm.hooks shadows it on one layer while a
     # pattern hook is set (to read or replace the weights); otherwise nothing is added to the forward.
-    attend = staticmethod(scaled_dot_product_attention)
+    attend = staticmethod(_attend)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, H·D) -> (B, H, T, D), for any number of heads H."""
@@ -184,7 +197,7 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
                 kv_cache: Optional[KVCache] = None, token_positions: Optional[torch.Tensor] = None,
                 return_weights: bool = False, value_embeds: Optional[torch.Tensor] = None):
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
+        if self._checks and (x.dim() != 3 or x.shape[-1] != self.d_model):
             raise ValueError(f"MultiHeadAttention expects input (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
         B, T, C = x.shape
         start = kv_cache.length if kv_cache is not None else 0  # the cache owns the position
@@ -196,10 +209,11 @@ class MultiHeadAttention(nn.Module):
         if self.rope is not None:
             q, k = self.rope(q, start, token_positions), self.rope(k, start, token_positions)
         if kv_cache is not None:
-            k, v = kv_cache.write(self.layer_idx, k, v)  # (B, H_kv, start + T, D)
+            k, v = kv_cache.write(self.layer_idx, k, v, checked=not self._checks)  # (B, H_kv, start + T, D)
         T_k = k.shape[2]
         if mask is not None:  # check before combining with the causal mask
-            _check_mask(mask, torch.Size((B, self.num_heads, T, T_k)))
+            if self._checks:
+                _check_mask(mask, torch.Size((B, self.num_heads, T, T_k)))
             if mask.dtype != torch.bool:
                 mask = mask.to(q.dtype)
         use_sdpa = self.use_sdpa and not return_weights

@@ -41,19 +41,27 @@ class KVCache:
         self.length = 0
         self.conv: dict = {}  # canon layers' recent inputs, by place (read only when length > 0)
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store layer ``layer``'s ``(B, H_kv, T, D)`` keys/values at positions ``length..length+T-1``;
-        return that layer's keys/values for positions ``0..length+T-1``: ``(B, H_kv, length + T, D)``."""
-        start = self.length
-        B, H, T, D = k.shape
+    def check_room(self, layer: int, shape: tuple) -> None:
+        """Refuse layer ``layer``'s keys of ``shape`` ``(B, H_kv, T, D)`` if they do not fit: another
+        batch size, head count or head width, a layer the cache lacks, or too many positions."""
+        B, H, T, D = shape
         held = (self.k.shape[1], self.k.shape[2], self.k.shape[4])
         if (B, H, D) != held:
-            raise ValueError(f"KV cache holds (B, H_kv, D) = {held}, got keys of shape {tuple(k.shape)}")
+            raise ValueError(f"KV cache holds (B, H_kv, D) = {held}, got keys of shape {tuple(shape)}")
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer={layer} is outside the cache's {self.num_layers} layers")
-        if start + T > self.max_seq_len:
-            raise ValueError(f"KV cache overflow: {start} cached + {T} new positions > "
+        if self.length + T > self.max_seq_len:
+            raise ValueError(f"KV cache overflow: {self.length} cached + {T} new positions > "
                              f"max_seq_len={self.max_seq_len}")
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+              checked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store layer ``layer``'s ``(B, H_kv, T, D)`` keys/values at positions ``length..length+T-1``;
+        return that layer's keys/values for positions ``0..length+T-1``: ``(B, H_kv, length + T, D)``.
+        ``checked=True``: the caller ran :meth:`check_room` once for every layer (a model's door)."""
+        start, T = self.length, k.shape[2]
+        if not checked:
+            self.check_room(layer, tuple(k.shape))
         self.k[layer, :, :, start:start + T] = k
         self.v[layer, :, :, start:start + T] = v
         return self.k[layer, :, :, :start + T], self.v[layer, :, :, :start + T]

@@ -5,9 +5,11 @@ of each public entry of a model (``forward``, ``hidden_states``, ``attention_map
 shapes for free, values with one host read (:func:`check_values`). A caller that has checked its
 data already (the Trainer when it receives it, ``generate`` for the prompt) runs the model inside
 :func:`fundamentallm.utils.inputs_checked`, which skips the value read. Past the door nothing is
-checked again: the layers a model builds (its position modules) are built with
-``check_inputs=False``, and the model's ``_run`` raises nothing. A layer used on its own
-(``MultiHeadAttention``, ``RotaryEmbedding``, a norm) checks its own inputs.
+checked again: the layers a model builds (its position modules and its attention layers) are
+built with ``check_inputs=False``, so neither the padding mask nor the cache's room
+(:meth:`~fundamentallm.cache.KVCache.check_room`) is checked per layer, and the model's ``_run``
+raises nothing. A layer used on its own (``MultiHeadAttention``, ``RotaryEmbedding``, a norm)
+checks its own inputs.
 """
 
 from __future__ import annotations
@@ -134,8 +136,11 @@ def check_call(model, input_ids, attention_mask, kv_cache, token_positions,
         raise ValueError("input_ids is empty (T=0)")
     if start + T > model.config.max_seq_len:
         raise ValueError(f"sequence length {start + T} exceeds max_seq_len={model.config.max_seq_len}")
-    if kv_cache is not None and kv_cache.num_layers != len(model.blocks):
-        raise ValueError(f"kv_cache has {kv_cache.num_layers} layers, the model has {len(model.blocks)}")
+    if kv_cache is not None:
+        if kv_cache.num_layers != len(model.blocks):
+            raise ValueError(f"kv_cache has {kv_cache.num_layers} layers, the model has {len(model.blocks)}")
+        # the cache's room, once for every layer (the layers then write without checking)
+        kv_cache.check_room(0, (input_ids.shape[0], model.config.kv_heads, T, model.config.head_dim))
     if token_positions is not None:
         check_token_positions(token_positions, tuple(input_ids.shape), model.config.max_seq_len, values=False)
     mask = None

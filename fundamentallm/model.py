@@ -39,10 +39,11 @@ class TransformerBlock(nn.Module):
     post-LN (Vaswani et al.):  ``x = norm1(x + attn(x))``; ``x = norm2(x + ff(x))``
     With canon layers (``config.canon``) the input of ``attn`` and/or ``ff`` passes through one first.
     ``layer_idx`` is the block's place in the model: its attention's slot in a KV cache.
+    ``check_inputs=False`` (a model's blocks): its attention leaves the input and mask unchecked.
     """
 
     def __init__(self, config: TransformerConfig, layer_idx: int = 0,
-                 rope: Optional[RotaryEmbedding] = None) -> None:
+                 rope: Optional[RotaryEmbedding] = None, check_inputs: bool = True) -> None:
         super().__init__()
         c = config
         self.norm_position = c.norm_position
@@ -51,7 +52,7 @@ class TransformerBlock(nn.Module):
                                        causal=c.causal, rope=rope, use_sdpa=c.attn_impl == "sdpa",
                                        num_kv_heads=c.kv_heads, qkv_bias=c.attn_qkv_bias,
                                        sliding_window=c.sliding_window, qk_norm=c.qk_norm,
-                                       norm_eps=c.norm_eps, layer_idx=layer_idx)
+                                       norm_eps=c.norm_eps, layer_idx=layer_idx, check_inputs=check_inputs)
         self.norm2 = make_norm(c.norm, c.d_model, eps=c.norm_eps, bias=c.bias)
         if c.moe_experts:
             self.ff = MoEFeedForward(c.d_model, c.ff_dim, c.moe_experts, top_k=c.moe_top_k,
@@ -126,7 +127,9 @@ class _Backbone(nn.Module):
                                                            check_inputs=False)
         self.dropout = nn.Dropout(c.dropout)
         self.canon_embed = CanonLayer(c.d_model, c.canon_kernel, key="embed") if "embed" in c.canon_places else None
-        self.blocks = nn.ModuleList(TransformerBlock(c, i, rope=self.rope) for i in range(c.num_layers))
+        # the door checked the input and the mask once, for every layer: the blocks check neither
+        self.blocks = nn.ModuleList(TransformerBlock(c, i, rope=self.rope, check_inputs=False)
+                                    for i in range(c.num_layers))
         # Value embeddings: one table per layer, added to that layer's attention values.
         self.value_embeds = nn.ModuleList(nn.Embedding(c.vocab_size, c.kv_heads * c.head_dim)
                                           for _ in range(c.num_layers)) if c.value_embeddings else None

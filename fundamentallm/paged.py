@@ -106,15 +106,21 @@ class PagedKVCache(KVCache):
         table = torch.tensor(self.block_tables, dtype=torch.long)  # (B, blocks held)
         return table[:, pos // self.pool.block_size], (pos % self.pool.block_size).expand(self.batch_size, -1)
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        start = self.length
-        B, H, T, D = k.shape
+    def check_room(self, layer: int, shape: tuple) -> None:
+        B, H, T, D = shape
         if B != self.batch_size:
             raise ValueError(f"the paged cache holds {self.batch_size} sequences, got keys for {B}")
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer={layer} is outside the cache's {self.num_layers} layers")
-        if start + T > self.max_seq_len:
-            raise ValueError(f"KV cache overflow: {start} cached + {T} new positions > max_seq_len={self.max_seq_len}")
+        if self.length + T > self.max_seq_len:
+            raise ValueError(f"KV cache overflow: {self.length} cached + {T} new positions > "
+                             f"max_seq_len={self.max_seq_len}")
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+              checked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        start, T = self.length, k.shape[2]
+        if not checked:
+            self.check_room(layer, tuple(k.shape))
         needed = math.ceil((start + T) / self.pool.block_size)
         for table in self.block_tables:  # the first layer to write takes the blocks for all layers
             while len(table) < needed:

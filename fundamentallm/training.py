@@ -1,4 +1,6 @@
-"""Training: a validated ``TrainConfig``, the learning-rate schedule ``lr_at``, and ``Trainer``.
+"""Training: the ``Trainer``. Its pieces live one idea to a module, and are importable from here:
+the validated ``TrainConfig`` and the schedule ``lr_at`` in :mod:`fundamentallm.train_config`,
+the optimizer in :mod:`fundamentallm.optimizers`, ``evaluate`` in :mod:`fundamentallm.evaluation`.
 
 The recipe is the one modern language models use: AdamW (Loshchilov & Hutter 2019) with weight
 decay on matrices only, linear warmup then cosine decay (Loshchilov & Hutter 2017, SGDR) -- or
@@ -22,7 +24,6 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Optional
 
 import torch
@@ -30,283 +31,21 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+# the pieces a Trainer is built from, importable from here as before the split (issue 39)
 from .data import DataSource
-from .recipes import OPTIMIZERS, PRECISIONS, SAMPLINGS, SCHEDULES
+from .evaluation import check_batch, check_data, evaluate, mask_kwargs
+from .optimizers import make_optimizer, muon_parameters
+from .recipes import OPTIMIZERS, PRECISIONS, SAMPLINGS, SCHEDULES  # noqa: F401  (the choices, as before)
+from .train_config import TrainConfig, lr_at
 from .utils import get_device, inputs_checked, rng_state, set_rng_state
+
+__all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "check_batch", "check_data", "cpp_compiler",
+           "deterministic_algorithms", "evaluate", "lr_at", "make_optimizer", "muon_parameters"]
 
 
 class TrainingDiverged(RuntimeError):
     """A non-finite loss or gradient norm: training stopped before the optimizer step, so the
     weights are those of the last good step."""
-
-
-@dataclass
-class TrainConfig:
-    """Hyperparameters of :class:`Trainer`. ``batch_size`` is the global batch of one micro-step;
-    an optimizer step sees ``batch_size * grad_accum_steps`` sequences. ``min_lr=None`` means
-    ``lr / 10``. ``block_size=None`` uses the model's ``config.max_seq_len`` for token streams.
-    ``eval_interval=0`` evaluates only at the end; ``eval_batches=None`` evaluates the whole
-    validation split. ``grad_clip=0`` disables clipping (the norm is still recorded).
-
-    ``optimizer="muon"`` trains the hidden matrices with :class:`~fundamentallm.muon.Muon`
-    (peak rate ``muon_lr``, momentum ``muon_momentum``, decoupled weight decay
-    ``muon_weight_decay``: ``W <- W·(1 - rate·muon_weight_decay)``, ``muon_ns_steps``
-    Newton-Schulz iterations) and everything else with
-    AdamW as above; the schedule scales both rates by the same factor. ``schedule="wsd"``
-    (warmup-stable-decay) holds ``lr`` after the warmup and decays linearly to ``min_lr`` over the
-    last ``cooldown_fraction`` of the steps. ``compile=True`` runs the model's forward and
-    backward passes through ``torch.compile`` (on the CPU it needs a C++ compiler), with
-    deterministic algorithms so that the same seed still gives the same weights;
-    :meth:`Trainer.warm_up` compiles before the first step.
-
-    ``sampling="random"`` draws every training window at a random position, with replacement
-    (nanoGPT's ``get_batch``): after ``k`` passes' worth of tokens a share of about ``e^-k`` of
-    the text has never been a target. ``"epoch"`` draws without replacement
-    (:meth:`~fundamentallm.data.DataSource.sample_at`): each epoch visits non-overlapping windows
-    at a random offset in a random order, so every token (but at most ``2·block_size`` at the
-    stream's ends) is a target once per epoch."""
-
-    lr: float = 1e-3
-    min_lr: Optional[float] = None
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    warmup_steps: int = 100
-    max_steps: int = 1000
-    schedule: str = "cosine"
-    grad_clip: float = 1.0
-    grad_accum_steps: int = 1
-    label_smoothing: float = 0.0
-    batch_size: int = 32
-    block_size: Optional[int] = None
-    eval_interval: int = 0
-    eval_batches: Optional[int] = None
-    eval_batch_size: Optional[int] = None
-    log_interval: int = 1
-    device: str = "auto"
-    mixed_precision: str = "auto"
-    seed: int = 0
-    progress: bool = True
-    compile: bool = False
-    optimizer: str = "adamw"
-    muon_lr: float = 0.02
-    muon_momentum: float = 0.95
-    muon_weight_decay: float = 0.0
-    muon_ns_steps: int = 5
-    cooldown_fraction: float = 0.2
-    sampling: str = "random"
-
-    def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)
-
-        def positive(name, value, integer=False, zero_ok=False, optional=False):
-            if optional and value is None:
-                return
-            ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-            # subtle: inf passes "> 0"; an infinite rate or decay trains on NaN from the first step
-            if not ok_type or isinstance(value, bool) or not math.isfinite(value) or not (
-                    value >= 0 if zero_ok else value > 0):
-                kind = "an integer" if integer else "a finite number"
-                raise ValueError(f"{name}={value!r} must be {kind} {'>= 0' if zero_ok else '> 0'}")
-
-        positive("lr", self.lr)
-        positive("min_lr", self.min_lr, zero_ok=True, optional=True)
-        if self.min_lr is not None and self.min_lr > self.lr:
-            raise ValueError(f"min_lr={self.min_lr} must not exceed lr={self.lr}")
-        positive("weight_decay", self.weight_decay, zero_ok=True)
-        positive("eps", self.eps)
-        if len(self.betas) != 2 or not all(isinstance(b, float) and 0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"betas={self.betas!r} must be two floats in [0, 1)")
-        positive("warmup_steps", self.warmup_steps, integer=True, zero_ok=True)
-        for name in ("max_steps", "grad_accum_steps", "batch_size", "log_interval"):
-            positive(name, getattr(self, name), integer=True)
-        if self.warmup_steps > self.max_steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps} must not exceed max_steps={self.max_steps} "
-                             f"(the learning rate would never reach lr); for a short run pass e.g. "
-                             f"warmup_steps={self.max_steps // 10}")
-        for name in ("block_size", "eval_batches", "eval_batch_size"):
-            positive(name, getattr(self, name), integer=True, optional=True)
-        positive("eval_interval", self.eval_interval, integer=True, zero_ok=True)
-        positive("grad_clip", self.grad_clip, zero_ok=True)
-        positive("seed", self.seed, integer=True, zero_ok=True)
-        if not isinstance(self.label_smoothing, float) or not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing={self.label_smoothing!r} must be a float in [0, 1)")
-        positive("muon_lr", self.muon_lr)
-        positive("muon_weight_decay", self.muon_weight_decay, zero_ok=True)
-        positive("muon_ns_steps", self.muon_ns_steps, integer=True)
-        for name in ("muon_momentum", "cooldown_fraction"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-                raise ValueError(f"{name}={value!r} must be a number in [0, 1)")
-        for name, allowed in (("schedule", SCHEDULES), ("mixed_precision", PRECISIONS),
-                              ("optimizer", OPTIMIZERS), ("sampling", SAMPLINGS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name}={getattr(self, name)!r} is not supported; allowed values: "
-                                 f"{', '.join(map(repr, allowed))}")
-        for name in ("progress", "compile"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
-        get_device(self.device)  # validates the name and availability
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig field(s) {unknown}; known fields: {sorted(known)}")
-        return cls(**values)
-
-
-def lr_at(step: int, config: TrainConfig) -> float:
-    """The learning rate of optimizer step ``step`` (0-based).
-
-    cosine:       linear warmup to ``lr`` over ``warmup_steps``, then a half cosine down to
-                  ``min_lr`` at ``max_steps`` (SGDR without restarts, Loshchilov & Hutter 2017).
-    inverse_sqrt: Vaswani et al.'s ``d_model^-0.5 · min(s^-0.5, s · warmup^-1.5)`` rescaled so its
-                  peak (at ``s = warmup``) is ``lr``: ``lr · min(s / w, sqrt(w / s))``, s = step + 1.
-    constant:     linear warmup, then ``lr``.
-    wsd:          linear warmup, ``lr`` held, then a linear decay to ``min_lr`` over the last
-                  ``cooldown_fraction · max_steps`` steps (at least one; none when the fraction
-                  is 0) (warmup-stable-decay: Zhai et al. 2022, Hu et al. 2024, Hägele et al. 2024).
-    """
-    s, w = step + 1, config.warmup_steps
-    if config.schedule == "inverse_sqrt":
-        w = max(w, 1)
-        return config.lr * min(s / w, math.sqrt(w / s))
-    if s <= w:
-        return config.lr * s / w
-    if config.schedule == "constant":
-        return config.lr
-    min_lr = config.lr / 10 if config.min_lr is None else config.min_lr
-    if config.schedule == "wsd":
-        if config.cooldown_fraction == 0:  # no cooldown: the rate stays at its peak
-            return config.lr
-        cooldown = max(1, round(config.cooldown_fraction * config.max_steps))  # a positive fraction: >= 1 step
-        start = max(w, config.max_steps - cooldown)
-        progress = min(1.0, max(0, s - start) / max(1, config.max_steps - start))
-        return (1.0 - progress) * config.lr + progress * min_lr  # exactly lr, then exactly min_lr
-    progress = min(1.0, (s - w) / max(1, config.max_steps - w))
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.lr - min_lr)
-
-
-def muon_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The hidden matrices Muon trains: the weights of the ``nn.Linear`` layers, except the output
-    layer (a module named ``lm_head`` or ``head``) and any weight shared with an embedding."""
-    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    out = []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] not in ("lm_head", "head") \
-                and id(module.weight) not in embedded and module.weight.requires_grad:
-            out.append(module.weight)
-    return out
-
-
-def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW with two groups: weight decay on every parameter with >= 2 dimensions (the linear
-    maps and, as in nanoGPT, the embeddings), none on biases and norm gains, whose decay toward
-    zero would only fight their role. A tied matrix appears once.
-
-    With ``config.optimizer == "muon"``: one :class:`~fundamentallm.muon.Muon` whose first group
-    holds the hidden matrices (:func:`muon_parameters`) and whose other two groups are the AdamW
-    groups above without them. Each group keeps its peak rate in ``"peak_lr"``."""
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def adamw_groups(params: list, **extra) -> list[dict]:
-        return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay,
-                 "peak_lr": config.lr, **extra},
-                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "peak_lr": config.lr, **extra}]
-
-    if config.optimizer == "muon":
-        from .muon import Muon
-
-        hidden = {id(p) for p in muon_parameters(model)}
-        groups = [{"params": [p for p in params if id(p) in hidden], "use_muon": True,
-                   "lr": config.muon_lr, "peak_lr": config.muon_lr, "momentum": config.muon_momentum,
-                   "weight_decay": config.muon_weight_decay, "ns_steps": config.muon_ns_steps},
-                  *adamw_groups([p for p in params if id(p) not in hidden], use_muon=False)]
-        return Muon([g for g in groups if g["params"]], lr=config.lr, betas=config.betas, eps=config.eps)
-    groups = adamw_groups(params)
-    kwargs = dict(lr=config.lr, betas=config.betas, eps=config.eps)
-    try:  # the fused kernel (one pass over all parameters) is several times faster, CPU included
-        return torch.optim.AdamW(groups, fused=True, **kwargs)
-    except (RuntimeError, TypeError):  # older torch or a device without a fused kernel
-        return torch.optim.AdamW(groups, **kwargs)
-
-
-def check_batch(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> None:
-    """Check a batch ``(x, y[, attention_mask])`` with the model's own door check
-    (``model.check_values``: ids in the vocabulary, targets valid, a 0/1 mask), if it has one."""
-    check = getattr(model, "check_values", None)
-    if callable(check):
-        check(batch[0], batch[1], batch[2] if len(batch) > 2 else None, all_ignored_ok=True)
-
-
-def check_data(model: nn.Module, source: DataSource) -> bool:
-    """Check a whole split once, when the Trainer receives it: a token stream by its smallest
-    and largest id, a ``TensorDataset`` (or tuple of tensors) tensor by tensor. Returns False for
-    a lazily built ``Dataset``, whose items are then checked batch by batch as they are drawn."""
-    if not callable(getattr(model, "check_values", None)):
-        return True
-    if source.stream is not None:
-        stream = source.stream
-        lo, hi = stream.min(), stream.max()  # a tensor, or a NumPy array (memory map)
-        ends = torch.tensor([[int(lo), int(hi)]])
-        check_batch(model, (ends, ends))
-        return True
-    if isinstance(source.dataset, torch.utils.data.TensorDataset):
-        check_batch(model, source.dataset.tensors)
-        return True
-    return False
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, data, batch_size: int = 64, max_batches: Optional[int] = None,
-             block_size: Optional[int] = None, autocast: Optional[Callable] = None, rank: int = 0,
-             world_size: int = 1, check_batches: bool = False) -> dict[str, float]:
-    """Mean loss per target token (targets of -100 excluded) and perplexity ``exp(loss)`` of
-    ``model`` over the whole of ``data`` (any format the Trainer takes, or a ``DataSource``; a
-    token stream is cut into every non-overlapping ``block_size`` window, by default the model's
-    ``max_seq_len``), ``batch_size`` windows per forward pass, on the model's device. A plain
-    function: no optimizer, no trainer. ``max_batches`` caps the work; ``autocast`` is a
-    context-manager factory (mixed precision); ``rank``/``world_size`` split the batches across
-    processes (the sums are all-reduced). The data is checked once first (``check_batches``:
-    each batch as it is drawn instead, for a lazily built ``Dataset``)."""
-    if isinstance(data, DataSource):
-        source = data
-    else:
-        source = DataSource(data, block_size or getattr(getattr(model, "config", None), "max_seq_len", None))
-        check_batches = not check_data(model, source)
-    device = next(iter(model.parameters())).device
-    was_training = model.training
-    model.eval()
-    sums = torch.zeros(2, dtype=torch.float64, device=device)  # (loss · count, count)
-    try:
-        for i, batch in enumerate(source.batches(batch_size)):
-            if max_batches is not None and i >= max_batches:
-                break
-            if i % world_size != rank:
-                continue
-            if check_batches:
-                check_batch(model, batch)
-            batch = tuple(t.to(device) for t in batch)
-            count = (batch[1] != -100).sum()
-            with (autocast() if autocast is not None else contextlib.nullcontext()), inputs_checked(model):
-                loss = model(batch[0], batch[1], **Trainer._mask_kwargs(batch))[1]
-            # a batch with no real target has a 0/0 mean: it adds nothing (chosen on the device)
-            sums += torch.stack([torch.where(count > 0, loss.double() * count, 0.0),
-                                 count.double()])
-    finally:
-        model.train(was_training)
-    if world_size > 1:
-        torch.distributed.all_reduce(sums)
-    total, count = sums.tolist()
-    if count == 0:
-        raise ValueError("the validation data has no target other than -100: nothing to evaluate")
-    val_loss = total / count
-    return {"val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0))}
 
 
 def cpp_compiler() -> Optional[str]:
@@ -347,10 +86,12 @@ class Trainer:
         self.config = c = config if config is not None else TrainConfig()
         if not isinstance(c, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(c).__name__}")
-        self.device = get_device(c.device)
+        self.device = get_device(c.device)  # the name, and whether this machine has it
         torch.manual_seed(c.seed)
         self.generator = torch.Generator().manual_seed(c.seed)
         self.model = model.to(self.device)
+        # the concrete device a tensor sent to self.device lands on ("cuda" -> "cuda:0")
+        self._placed = torch.empty(0, device=self.device).device
         block_size = c.block_size or getattr(getattr(model, "config", None), "max_seq_len", None)
         self.train_source = DataSource(train_data, block_size)
         self.val_source = DataSource(val_data, block_size) if val_data is not None else None
@@ -435,7 +176,7 @@ class Trainer:
 
     def _loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...], smoothing: float) -> torch.Tensor:
         x, y = batch[0], batch[1]
-        kwargs = self._mask_kwargs(batch)
+        kwargs = mask_kwargs(batch)
         with self._autocast():
             if smoothing == 0.0:
                 return model(x, y, **kwargs)[1]
@@ -474,6 +215,7 @@ class Trainer:
         if self.train_source in self._lazy_data:
             for batch in batches:
                 check_batch(self.model, batch)
+        self._check_device()
         # Counted on the device, not read: the step reads one thing on the host, at its end.
         total_count = torch.stack([(b[1] != -100).sum() for b in batches]).sum().to(self.device)
         total = torch.zeros((), device=self.device)
@@ -516,9 +258,17 @@ class Trainer:
         self.elapsed += time.perf_counter() - t0
         return {"loss": loss_value, "lr": lr, "grad_norm": norm_value}
 
-    @staticmethod
-    def _mask_kwargs(batch: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
-        return {"attention_mask": batch[2]} if len(batch) > 2 else {}
+    def _check_device(self) -> None:
+        """The batches go to ``self.device``: a model moved elsewhere after the Trainer was built
+        (``model.cuda()``, ``model.to("cpu")``) gets a clear error naming the parameter here,
+        instead of a deep trace from the first layer that mixes devices. No host read."""
+        for name, p in self.model.named_parameters():
+            if p.device != self._placed:
+                raise ValueError(f"the model's parameter {name!r} is on {p.device}, but this Trainer "
+                                 f"puts its batches on {self.device} (TrainConfig.device="
+                                 f"{self.config.device!r}); the model was moved after the Trainer was "
+                                 f"built: move it back (model.to({str(self.device)!r})) or build the "
+                                 f"Trainer with device={str(p.device)!r}")
 
     def _check_finite(self, loss: float, grad_norm: float, lr: float) -> None:
         """Raise :class:`TrainingDiverged` (weights untouched) on a NaN/inf loss or gradient norm.
@@ -545,6 +295,7 @@ class Trainer:
             raise ValueError("no validation data: pass val_data to Trainer or data to evaluate()")
         if data is not None and not check_data(self.model, source):
             self._lazy_data.append(source)
+        self._check_device()
         c = self.config
         return evaluate(self.model, source, c.eval_batch_size or c.batch_size,
                         max_batches=max_batches if max_batches is not None else c.eval_batches,
@@ -610,7 +361,24 @@ class Trainer:
             state["scaler"] = self.scaler.state_dict()
         return state
 
+    # the configuration fields the saved state depends on: the optimizer's state has its groups,
+    # and with epoch sampling the windows follow from the seed, the step and the batch shape
+    _STATE_FIELDS = ("optimizer", "sampling")
+    _EPOCH_FIELDS = ("seed", "batch_size", "grad_accum_steps")
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`. The saved ``config`` is read back: a state saved with
+        another optimizer or sampling (or, with epoch sampling, another seed or batch shape) is
+        refused with the fields named, as it would not continue the same run."""
+        saved = state.get("config")  # absent from states written before it was saved
+        if saved is not None:
+            names = self._STATE_FIELDS + (self._EPOCH_FIELDS if self.config.sampling == "epoch" else ())
+            changed = [f"{k}={getattr(self.config, k)!r} (saved: {saved[k]!r})" for k in names
+                       if k in saved and saved[k] != getattr(self.config, k)]
+            if changed:
+                raise ValueError(f"this Trainer's config differs from the saved state's in "
+                                 f"{', '.join(changed)}: the state would not continue the same run; "
+                                 f"build the Trainer with the saved values")
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens_seen"], state["elapsed"]
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])

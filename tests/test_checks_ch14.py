@@ -48,11 +48,23 @@ def balancing_grad(logits, idx, E):
     return E * (f * p.mean(0)).sum(), E / N * p * (f - (p * f).sum(-1, keepdim=True))
 
 
+def build(layers, d_model):
+    """The attention layers a check hands over as data, built."""
+    from fundamentallm import MultiHeadAttention
+
+    built = []
+    for spec in layers:
+        layer = MultiHeadAttention(d_model, spec["num_heads"], causal=True, sliding_window=spec["window"])
+        layer.double().load_state_dict(spec["weights"])
+        built.append(layer.eval())
+    return built
+
+
 def influence(layers, T, t, d_model):
     x = torch.randn(1, T, d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64,
                     requires_grad=True)
     h = x
-    for layer in layers:
+    for layer in build(layers, d_model):
         h = h + layer(h)
     h[:, t].sum().backward()
     return x.grad.abs().sum(dim=(0, 2)) != 0
@@ -62,9 +74,11 @@ def influence_by_perturbation(layers, T, t, d_model):  # a measurement without g
     g = torch.Generator().manual_seed(1)
     x = torch.randn(1, T, d_model, generator=g, dtype=torch.float64)
 
+    built = build(layers, d_model)
+
     def out(x):
         h = x
-        for layer in layers:
+        for layer in built:
             h = h + layer(h)
         return h[0, t]
 

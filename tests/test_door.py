@@ -177,3 +177,47 @@ def test_explicit_positions_are_checked_once_at_the_door(pos):
     with count_host_syncs() as counted:
         model(_ids(), token_positions=torch.arange(9))
     assert counted["syncs"] == 1  # the door's one read, not one per layer
+
+
+@pytest.mark.parametrize("attn_impl", ["explicit", "sdpa"])
+def test_the_padding_mask_is_checked_once_at_the_door_not_per_layer(attn_impl, monkeypatch):
+    """The door turns ``attention_mask`` into the key-padding mask and checks it; the layers a
+    model builds check neither it nor their input again. A layer used on its own still does, and a
+    bad mask is still named, at the door (issue 39, item 5)."""
+    from fundamentallm import attention
+
+    calls = []
+    check = attention._check_mask
+    monkeypatch.setattr(attention, "_check_mask", lambda *a: calls.append(1) or check(*a))
+    model, ids = _model(attn_impl=attn_impl), _ids()
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    model(ids, attention_mask=mask)
+    assert calls == []
+    with pytest.raises(ValueError, match="attention_mask must hold only 1"):
+        model(ids, attention_mask=mask * 2)
+    layer = attention.MultiHeadAttention(32, 4, causal=True)
+    layer(torch.randn(2, 9, 32), mask=attention.padding_mask(mask))
+    assert calls == [1]
+    with pytest.raises(ValueError, match="expects input"):
+        layer(torch.randn(2, 9, 16))
+
+
+def test_the_cache_room_is_checked_once_per_forward_not_per_layer(monkeypatch):
+    """The door checks that the new keys fit the cache (batch, heads, width, room) once; the
+    layers then write unchecked. A cache too small for the model is still named at the door."""
+    from fundamentallm.cache import KVCache
+
+    calls = []
+    check = KVCache.check_room
+    monkeypatch.setattr(KVCache, "check_room", lambda self, *a: calls.append(a) or check(self, *a))
+    model, ids = _model(), _ids()
+    cache = model.make_kv_cache(2)
+    model(ids, kv_cache=cache)
+    assert len(calls) == 1 and len(model.blocks) == 2
+    small = KVCache(2, 4, 8, max_seq_len=10, num_layers=2)
+    model(ids, kv_cache=small)
+    with pytest.raises(ValueError, match=r"KV cache overflow: 9 cached \+ 9 new positions > max_seq_len=10"):
+        model(ids, kv_cache=small)
+    with pytest.raises(ValueError, match=r"KV cache holds \(B, H_kv, D\) = \(3, 4, 8\)"):
+        model(ids, kv_cache=KVCache(3, 4, 8, max_seq_len=24, num_layers=2))

@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -525,3 +526,39 @@ def test_compile_without_a_cpp_compiler_is_a_clear_error(monkeypatch):
     monkeypatch.setattr("fundamentallm.training.cpp_compiler", lambda: None)
     with pytest.raises(ValueError, match=r"compile=True on the CPU needs a C\+\+ compiler.*compile=False"):
         Trainer(tiny_model(), stream(), None, config(compile=True))
+
+
+def test_the_config_checks_the_device_name_and_the_trainer_its_availability():
+    """A TrainConfig is a value: it checks the device's name, not this machine (a config saved on a
+    GPU machine loads anywhere); the Trainer refuses a device this machine lacks (issue 39)."""
+    with pytest.raises(ValueError, match="device='tpu' is not supported"):
+        TrainConfig(device="tpu")
+    cuda = TrainConfig(device="cuda", progress=False, max_steps=2, warmup_steps=0)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            Trainer(tiny_model(), stream(), None, cuda)
+
+
+def test_a_model_moved_after_the_trainer_was_built_is_named():
+    """The batches go to the Trainer's device: a parameter elsewhere is named before the forward,
+    not found by a deep trace (here the model is moved to the meta device, where no kernel runs)."""
+    trainer = Trainer(tiny_model(), stream(), stream(200), config())
+    trainer.model.lm_head.to("meta")
+    with pytest.raises(ValueError, match=r"parameter '.*' is on meta, but this Trainer puts its batches on cpu"):
+        trainer.train_step()
+    with pytest.raises(ValueError, match="was moved after the Trainer was built"):
+        trainer.evaluate()
+
+
+def test_the_saved_config_is_read_back_on_resume():
+    """The trainer state's config is read back: another optimizer (whose state has other groups)
+    or, with epoch sampling, another seed is refused with the field named; a longer run is not."""
+    trainer = Trainer(tiny_model(), stream(), None, config(sampling="epoch"))
+    trainer.fit(steps=1)
+    state = trainer.state_dict()
+    Trainer(tiny_model(), stream(), None, config(sampling="epoch", max_steps=12)).load_state_dict(state)
+    for changed, shown in (({"optimizer": "muon"}, "optimizer='muon' (saved: 'adamw')"),
+                           ({"seed": 3}, "seed=3 (saved: 0)")):
+        other = Trainer(tiny_model(), stream(), None, config(sampling="epoch", **changed))
+        with pytest.raises(ValueError, match=re.escape(shown)):
+            other.load_state_dict(state)

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .core import CheckFailed, check_shape, exercise_check, rng
+from .core import CheckFailed, check_shape, exercise_check, generator_as_told, rng
 from .predict import int_list, require_prediction
 
 
@@ -349,7 +349,9 @@ def _ch13_reference_train(model, data, steps, lr, seed, batch, block):
     from ..data import get_batch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    g = rng(seed)
+    # the student's loop seeds its own generator with the seed it is given (itself drawn from rng);
+    # under the grader rng(seed) would differ from it
+    g = generator_as_told(seed)
     losses, norms = [], []
     for _ in range(steps):
         x, y = get_batch(data, batch, block, generator=g)
@@ -375,32 +377,37 @@ class _ch13_LogitsOnly(torch.nn.Module):
 
 @exercise_check(may_return_none=False)
 def check_fixed_train(fixed_train: Callable) -> str:
-    """``fixed_train(model, data, steps, lr, seed, batch, block)`` -> ``(losses, grad_norms)``: the
-    colleague's training loop with its bug fixed. Run on fresh models and data next to a correct
-    loop with the same arguments: the same loss and gradient norm at every step (the symptom is
-    gone) and the same weights at the end (nothing else changed)."""
+    """``fixed_train(config, weights, data, steps, lr, seed, batch, block)`` -> ``(losses,
+    grad_norms, trained_weights)``: the colleague's training loop with its bug fixed, run on the
+    model built from data (``Transformer(TransformerConfig(**config))`` with ``weights`` loaded;
+    a model travels to the student's function as its configuration and state dict, in a notebook
+    and through the grader alike). Run on fresh models and data next to a correct loop with the
+    same arguments: the same loss and gradient norm at every step (the symptom is gone) and the
+    same weights at the end (nothing else changed)."""
     from ..config import TransformerConfig
     from ..model import Transformer
 
     for n in range(2):
-        config = TransformerConfig(**{**_ch13_config(30 + n), "max_seq_len": 8})
+        config = {**_ch13_config(30 + n), "max_seq_len": 8}
         gd = _ch13_rng(40 + n)
         # data with structure to learn: a noisy repeating pattern
-        pattern = torch.randint(0, config.vocab_size, (7,), generator=gd)
+        pattern = torch.randint(0, config["vocab_size"], (7,), generator=gd)
         data = pattern.repeat(60)
         noise = torch.rand(len(data), generator=gd) < 0.2
-        data[noise] = torch.randint(0, config.vocab_size, (int(noise.sum()),), generator=gd)
+        data[noise] = torch.randint(0, config["vocab_size"], (int(noise.sum()),), generator=gd)
         with torch.random.fork_rng():
             torch.manual_seed(int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gd)))
-            yours, correct = (_ch13_LogitsOnly(Transformer(config)) for _ in range(2))
-        correct.load_state_dict(yours.state_dict())
+            correct = _ch13_LogitsOnly(Transformer(TransformerConfig(**config)))
+        weights = {k: v.clone() for k, v in correct.model.state_dict().items()}
         steps, lr, seed = 10, 1e-2, int(torch.randint(0, 1000, (1,), generator=gd))
         with torch.random.fork_rng():
-            out = fixed_train(yours.train(), data.clone(), steps, lr=lr, seed=seed, batch=8, block=8)
+            out = fixed_train(dict(config), {k: v.clone() for k, v in weights.items()}, data.clone(), steps,
+                              lr=lr, seed=seed, batch=8, block=8)
         ref_losses, ref_norms = _ch13_reference_train(correct.train(), data, steps, lr, seed, 8, 8)
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise CheckFailed(f"expected (losses, grad_norms), got {type(out).__name__}")
-        losses, norms = (list(map(float, v)) for v in out)
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            raise CheckFailed(f"expected (losses, grad_norms, trained_weights), got "
+                              f"{type(out).__name__}{f' of {len(out)} items' if isinstance(out, (tuple, list)) else ''}")
+        losses, norms = (list(map(float, v)) for v in out[:2])
         if len(losses) != steps or len(norms) != steps:
             raise CheckFailed(f"{steps} steps gave {len(losses)} losses and {len(norms)} gradient norms; "
                               f"record one of each per step")
@@ -408,14 +415,21 @@ def check_fixed_train(fixed_train: Callable) -> str:
             if not (abs(losses[k] - ref_losses[k]) <= 1e-4 * abs(ref_losses[k])):
                 raise CheckFailed(f"step {k}: your loop's loss {losses[k]:.4f} differs from a correct "
                                   f"loop's on the same batch ({ref_losses[k]:.4f}): from this step on "
-                                  f"the weights (or the batch) are not what they should be")
+                                  f"the weights (or the batch) are not what they should be"
+                                  f"{' (is the model built from config with weights loaded?)' if k == 0 else ''}")
             if not (abs(norms[k] - ref_norms[k]) <= 1e-4 * ref_norms[k] + 1e-8):
                 raise CheckFailed(f"step {k}: the gradient norm you record ({norms[k]:.4g}) is not that "
                                   f"of this step's batch at the current weights ({ref_norms[k]:.4g} in a "
                                   f"correct loop)")
-        for (name, a), b in zip(yours.state_dict().items(), correct.state_dict().values()):
-            if not torch.allclose(a, b, atol=1e-5, rtol=1e-4):
+        trained, expected = out[2], correct.model.state_dict()
+        if not isinstance(trained, dict) or set(trained) != set(expected):
+            raise CheckFailed("the third item must be the trained model's state_dict() (the same names as "
+                              "the weights you were given)")
+        for name, b in expected.items():
+            a = torch.as_tensor(trained[name])
+            if a.shape != b.shape or not torch.allclose(a.to(b.dtype), b, atol=1e-5, rtol=1e-4):
                 raise CheckFailed(f"the losses and gradient norms agree, but after the last step the "
                                   f"weights differ ({name}): the update itself changed (the optimizer, "
-                                  f"its settings, or what happens after the last backward)")
+                                  f"its settings, or what happens after the last backward), or these are "
+                                  f"not the trained weights")
     return "2 fresh models and data sets: every loss, every gradient norm and the final weights agree"

@@ -137,21 +137,26 @@ def check_balancing_grad(balancing_grad: Callable) -> str:
     return f"{len(cases)} routings: the loss and its gradient to the logits, derived by hand"
 
 
-def _ch14_stack(windows: list, dead: set, d_model: int, seed: int) -> list:
-    """Residual attention layers of ``fundamentallm.MultiHeadAttention``, float64, fresh weights;
-    the layers in ``dead`` have a zero output projection (they add nothing to the stream)."""
+def _ch14_stack(windows: list, hidden: set, d_model: int, seed: int) -> list:
+    """Residual attention layers of ``fundamentallm.MultiHeadAttention`` (4 heads), float64, fresh
+    weights, as data: ``{"num_heads", "window", "weights"}``. The layers in ``hidden`` add nothing
+    to the stream, though no weight matrix of theirs is zero: their values live in the first two
+    heads' channels and their output projection reads only the last two heads' (exact zeros, so a
+    measured influence is exactly none)."""
     from ..attention import MultiHeadAttention
 
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         layers = [MultiHeadAttention(d_model, 4, causal=True, sliding_window=w).double().eval()
                   for w in windows]
-    for i in dead:
+    for i in hidden:
         with torch.no_grad():
-            layers[i].out_proj.weight.zero_()
-            if layers[i].out_proj.bias is not None:
-                layers[i].out_proj.bias.zero_()
-    return layers
+            half = d_model // 2
+            layers[i].qkv.weight[2 * d_model + half:].zero_()  # values: heads 2, 3 carry nothing
+            layers[i].qkv.bias[2 * d_model + half:].zero_()
+            layers[i].out_proj.weight[:, :half].zero_()  # the output reads heads 2, 3 alone
+    return [{"num_heads": 4, "window": w, "weights": {k: v.clone() for k, v in layer.state_dict().items()}}
+            for w, layer in zip(windows, layers)]
 
 
 @exercise_check
@@ -160,8 +165,9 @@ def check_influence(influence: Callable, predicted_windowed: Any, predicted_mixe
     change output 15 of a stack of three residual window-4 layers reading 16 tokens, and of the
     same stack with a full causal second layer. ``influence(layers, T, t, d_model)`` -> boolean
     ``(T,)``, measured on residual attention layers the check builds with fresh weights and hands
-    over as bare functions ``x -> layer(x)`` (windows and weights unknown to the function; in one stack a layer whose output is zero, so
-    that no formula in the windows gives the answer)."""
+    over as data (``{"num_heads", "window", "weights"}``: a ``MultiHeadAttention`` state dict), as
+    the grader can send them; in one stack a layer whose output is zero though none of its weight
+    matrices is, so that no formula in the windows (or in which weights are zero) gives the answer."""
     require_prediction(predicted_windowed, "predicted_windowed", "a sorted list of positions")
     require_prediction(predicted_mixed, "predicted_mixed", "a sorted list of positions")
     for name, value, expected in (("predicted_windowed", predicted_windowed, list(range(6, 16))),
@@ -180,9 +186,7 @@ def check_influence(influence: Callable, predicted_windowed: Any, predicted_mixe
              ("stack F, t = 13", [3, 5, 4], {1}, 14, 13)]
     for n, (what, windows, dead, T, t) in enumerate(cases):
         d_model = 8 * (1 + n % 2)
-        layers = _ch14_stack(windows, dead, d_model, seed + n)
-        # functions, not modules: the windows and the weights stay hidden, only a measurement answers
-        got = influence([_ch14_opaque(layer) for layer in layers], T, t, d_model)
+        got = influence(_ch14_stack(windows, dead, d_model, seed + n), T, t, d_model)
         if not isinstance(got, torch.Tensor):
             raise CheckFailed(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
         if got.dtype != torch.bool:
@@ -201,11 +205,6 @@ def check_influence(influence: Callable, predicted_windowed: Any, predicted_mixe
                               f"output at t respond to each input position?")
     return (f"{len(cases)} stacks measured; e.g. 3 layers of window 4 let position 15 read positions "
             f"{15 - 3 * 3}..15, 3·(4 - 1) = 9 tokens back, and a layer that adds nothing extends nothing")
-
-
-def _ch14_opaque(layer: Callable) -> Callable:
-    """``layer`` as a bare function ``x -> layer(x)``: no attribute (window, weights) to read."""
-    return lambda x: layer(x)
 
 
 def _ch14_kv_reference(num_layers, num_kv_heads, head_dim, seq_len, bytes_per_number, window, chunk=1):

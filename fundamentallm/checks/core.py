@@ -1,37 +1,28 @@
-"""The core of the exercise checks: each ``check_*`` runs a student's function on inputs drawn from a
-seeded generator (:func:`rng`), compares it with an independent reference, and says exactly what
-is wrong (which output, the first mismatching element, expected vs got).
+"""The core of the exercise checks, and all of them that the grader's sandboxed worker sees: the
+registry (:data:`CHECKS`, :data:`FORBIDDEN`, :data:`SELF_CHECK`, :data:`BY_HAND`),
+:class:`CheckFailed`, where a frame's code comes from (the checks, a library, the student) and the
+record of forbidden calls (:func:`run_forbidding`), which the worker runs too.
 
-What a check shows, in a notebook (IPython: Jupyter, Colab, VS Code):
-
-* a pass: one line ``✓ check_x passed: ...``, and the call returns ``None`` (no ``Out: True``);
-* a stub (the function raises ``NotImplementedError``, or a value is still ``None``): one line
-  ``… check_x: not attempted yet ...``, no exception, so Run All goes on;
-* a wrong answer: :class:`CheckFailed` whose traceback is one message with a hint, without the
-  package's frames; when the student's own code crashed, its frames (and only those) come first.
-
-Outside IPython (scripts, tests, the grader) a pass returns ``True`` and a stub raises
-:class:`NotAttempted` (a :class:`CheckFailed`), so code can tell the three apart.
-
-Every check is registered in :data:`CHECKS` (and its forbidden calls in :data:`FORBIDDEN`); the
-tests run each one against the book's reference solution (must pass) and against an unimplemented
-stub (must fail with a helpful message). :func:`exercise_check` owns the call into the student's
-function: see its docstring and book/CONTRIBUTING.md.
+The rest of the checks' machinery lives one idea a module beside it, and is importable from here
+as before: the seeded inputs (:mod:`.seeds`: ``rng``, ``grading_seed``), the call into the
+student's function (:mod:`.runner`: ``exercise_check``, ``collect_passes``), the comparisons
+(:mod:`.compare`: ``assert_same``, ``check_shape`` ...) and torch's kernels under their other
+names (:mod:`.kernels`). Those modules are not mounted in the worker's sandbox, so this one
+imports them on first use only (:func:`__getattr__`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import importlib
 import importlib.util
 import inspect
-import math
 import os
 import site
 import sys
 import sysconfig
-import threading
 import types
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -76,7 +67,9 @@ class NotAttempted(CheckFailed):
     instead, so Run All goes on."""
 
 
-_STRICT = False
+# inside strict(), in this context only (a context variable, not a module-level switch: another
+# thread, or code outside the block, is not affected)
+_STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("fundamentallm_checks_strict", default=False)
 
 
 @contextlib.contextmanager
@@ -84,18 +77,17 @@ def strict():
     """Within the block, checks behave as outside IPython even in a notebook: a stub raises
     :class:`NotAttempted` and a pass returns ``True`` (nbgrader's check cells use it, since
     nbgrader gives the points of every cell that raises nothing)."""
-    global _STRICT
-    previous, _STRICT = _STRICT, True
+    token = _STRICT.set(True)
     try:
         yield
     finally:
-        _STRICT = previous
+        _STRICT.reset(token)
 
 
 def in_ipython() -> bool:
     """Whether the code runs in an IPython shell or kernel (Jupyter, Colab, VS Code), outside
     :func:`strict`."""
-    if _STRICT:
+    if _STRICT.get():
         return False
     ipython = sys.modules.get("IPython")
     get = getattr(ipython, "get_ipython", None)
@@ -103,46 +95,6 @@ def in_ipython() -> bool:
         return get is not None and get() is not None
     except Exception:  # a broken IPython import: behave as a script
         return False
-
-
-# --- Fresh inputs: the grader draws them with a seed it keeps -----------------------------------
-
-_SEED_OFFSET: Optional[int] = None  # set by the grader; None in a notebook (the book's inputs)
-
-
-def rng(seed: int) -> torch.Generator:
-    """A ``torch.Generator`` for a check's inputs: seeded with ``seed`` in a notebook (the same
-    inputs every run), and with ``seed`` mixed with the grader's secret seed when grading (inputs
-    nobody could see in advance). Use it for every random input of a check."""
-    return torch.Generator().manual_seed(_mixed_seed(seed))
-
-
-def _mixed_seed(seed: int) -> int:
-    if _SEED_OFFSET is None:
-        return int(seed)
-    return (int(seed) * 1_000_003 + _SEED_OFFSET) % (2 ** 63 - 1)
-
-
-@contextlib.contextmanager
-def grading_seed(seed: int):
-    """Within the block, :func:`rng` draws from its seed mixed with ``seed`` (the grader's fresh
-    inputs), and the global torch and NumPy generators restart from ``seed`` (restored after).
-    Every random input of a check comes from :func:`rng`; nothing else is replaced (a
-    ``torch.Generator`` seeded by hand, in a check's reference or in the library, draws as it
-    would anywhere). The grader alone uses it."""
-    global _SEED_OFFSET
-    previous_offset = _SEED_OFFSET
-    _SEED_OFFSET = int(seed) % (2 ** 62)
-    state = torch.random.get_rng_state()
-    np_state = np.random.get_state()
-    torch.manual_seed(_SEED_OFFSET)
-    np.random.seed(_SEED_OFFSET % (2 ** 32))
-    try:
-        yield
-    finally:
-        _SEED_OFFSET = previous_offset
-        torch.random.set_rng_state(state)
-        np.random.set_state(np_state)
 
 
 # --- Where a frame's code comes from: the checks, a library, or the student -------------------
@@ -510,304 +462,23 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any], by_hand: boo
     return result
 
 
-# --- The call into the student's function ------------------------------------------------------
+# --- The rest of the machinery, imported on first use (not mounted in the worker's sandbox) -----
 
-def _snapshot(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, (list, tuple)) and all(isinstance(v, (torch.Tensor, np.ndarray)) for v in value):
-        return [_snapshot(v) for v in value]
-    if isinstance(value, list) and all(isinstance(v, (int, float, str)) for v in value):
-        return list(value)
-    return None
-
-
-def _unchanged(before: Any, after: Any) -> bool:
-    if isinstance(before, torch.Tensor):
-        if not isinstance(after, torch.Tensor) or after.shape != before.shape:
-            return False
-        return bool(torch.equal(after.detach(), before)) or (
-            before.is_floating_point() and bool(torch.equal(after.detach().isnan(), before.isnan()))
-            and bool(torch.equal(after.detach().nan_to_num(0.0), before.nan_to_num(0.0))))
-    if isinstance(before, np.ndarray):
-        return isinstance(after, np.ndarray) and after.shape == before.shape and \
-            bool(np.array_equal(after, before, equal_nan=before.dtype.kind in "fc"))
-    if isinstance(before, list) and isinstance(after, (list, tuple)) and len(after) == len(before):
-        return all(_unchanged(b, a) if isinstance(b, (torch.Tensor, np.ndarray))
-                   else (b == a or (b != b and a != a))  # NaN equals NaN here
-                   for b, a in zip(before, after))
-    return False
+_ELSEWHERE = {
+    "seeds": ("rng", "grading_seed", "generator_as_told", "_mixed_seed"),
+    "runner": ("exercise_check", "collect_passes", "is_student_object", "_snapshot", "_unchanged",
+               "_student_call", "_verdict"),
+    "compare": ("assert_same", "finite_number", "is_close_number", "assert_close_number", "check_shape",
+                "_as_tensor", "_expect_value_error"),
+    "kernels": ("SOFTMAX_KERNELS", "ATEN_ATTENTION"),
+}
+_MODULE_OF = {name: module for module, names in _ELSEWHERE.items() for name in names}
 
 
-def _student_call(fn: Callable, pure: bool, may_return_none: bool) -> Callable:
-    """Wrap the student's function: mark exceptions it raises as the student's, report an input
-    it modified in place (``pure``) and a missing ``return`` (unless ``may_return_none``)."""
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        snapshots = []
-        if pure:
-            snapshots = [(f"argument {i + 1}", a, _snapshot(a)) for i, a in enumerate(args)]
-            snapshots += [(f"argument {k!r}", a, _snapshot(a)) for k, a in kwargs.items()]
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as e:
-            with contextlib.suppress(Exception):
-                e._raised_by_student = True  # type: ignore[attr-defined]
-            raise
-        if pure:
-            for what, value, before in snapshots:
-                if before is not None and not _unchanged(before, value):
-                    raise CheckFailed(f"{fn.__name__} modified its {what} in place; leave the "
-                                      f"inputs unchanged and return a new value")
-        if result is None and not may_return_none:
-            raise CheckFailed(f"{fn.__name__} returned None -- did you forget to `return` "
-                              f"the result?")
-        return result
-
-    call._student_function = fn  # type: ignore[attr-defined]
-    return call
-
-
-def is_student_object(value: Any) -> bool:
-    """Whether a check argument is the student's callable: a plain function, or a grader proxy
-    of one (a class with ``_student_proxy = True``)."""
-    return isinstance(value, types.FunctionType) or getattr(type(value), "_student_proxy", False)
-
-
-def _verdict(fn: Callable, forbidden: tuple[str, ...], pure: bool, may_return_none: bool,
-             args: tuple, kwargs: dict, by_hand: bool = False) -> Optional[str]:
-    """Run the check ``fn`` on the student's objects: the detail string of a pass, or
-    :class:`NotAttempted` / :class:`CheckFailed` with one clear message."""
-    name = fn.__name__
-    if any(a is None for a in (*args, *kwargs.values())):
-        raise NotAttempted(f"{name}: not attempted yet -- replace None by your answer, then run "
-                           f"this cell again")
-    args = tuple(_student_call(a, pure, may_return_none) if is_student_object(a) else a for a in args)
-    kwargs = {k: _student_call(v, pure, may_return_none) if is_student_object(v) else v
-              for k, v in kwargs.items()}
-    try:
-        return run_forbidding(forbidden, lambda: fn(*args, **kwargs), by_hand=by_hand)
-    except NotImplementedError:
-        raise NotAttempted(f"{name}: not attempted yet -- your function still raises "
-                           f"NotImplementedError; replace the stub with your implementation") from None
-    except NotAttempted:
-        raise
-    except CheckFailed as e:
-        raise CheckFailed(f"{name} failed: {e}") from None
-    except Exception as e:
-        if getattr(e, "_raised_by_student", False):  # the student's code crashed: say so
-            raise CheckFailed(f"{name}: your code raised {type(e).__name__}: {e}") from e
-        raise CheckFailed(
-            f"{name}: the check could not use your function's result "
-            f"({type(e).__name__}: {e}); check the type and shape of what you return "
-            f"(if they look right, the check itself may have a bug -- please report it)") from None
-
-
-_PASSES = threading.local()  # this thread's list of pass messages, inside collect_passes()
-
-
-@contextlib.contextmanager
-def collect_passes():
-    """Within the block, every check that passes in this thread appends its message (the line it
-    prints) to the list this yields: the grader and :func:`fundamentallm.course.run_exercise` read
-    the message here, not from the printed output."""
-    previous = getattr(_PASSES, "found", None)
-    _PASSES.found = found = []
-    try:
-        yield found
-    finally:
-        _PASSES.found = previous
-
-
-def exercise_check(fn: Optional[Callable[..., Optional[str]]] = None, *, forbidden: tuple[str, ...] = (),
-                   pure: bool = True, may_return_none: bool = False, self_check: bool = False,
-                   by_hand: bool = False) -> Any:
-    """Turn ``fn`` (which raises :class:`CheckFailed` or returns an optional detail string) into
-    a student-facing check: stubs and crashes become clear messages; success prints one line.
-
-    Called by a notebook, the check prints one line for a pass or a stub and raises
-    :class:`CheckFailed` for a wrong answer (see the module docstring).
-
-    Usable bare (``@exercise_check``) or with options
-    (``@exercise_check(forbidden=("torch.softmax",), pure=True)``):
-
-    * ``forbidden``: dotted names the exercise asks the student not to call. ``torch.X`` also
-      forbids ``torch.Tensor.X``, ``torch.nn.functional.X``, ``torch.special.X`` ... of the same
-      name; a module name (``"torch"``) forbids every function in it; a ``fundamentallm.*``
-      function forbids wrapping the package's reference. Calls made through a library count
-      (``nn.CrossEntropyLoss`` calls ``F.cross_entropy``); calls the check itself makes do not.
-    * ``pure`` (default True): every plain function passed to the check is the student's; an
-      input tensor, array or list it modifies in place fails the check. Pass ``pure=False`` for
-      an exercise whose function is meant to work in place.
-    * ``may_return_none`` (default False): a ``None`` result fails the check ("did you forget to
-      return?") unless ``None`` is a valid answer of the exercise.
-    * ``self_check`` (default False): the item is a self-check (a prediction with two or three
-      choices, guessable by trial and error): its message may state the answer, and it counts no
-      marks (:data:`SELF_CHECK`). A graded check's message names what to rethink, never the answer.
-    * ``by_hand`` (default False): the statement asks for a derivation by hand (a gradient, a
-      Jacobian). Besides the ``forbidden`` calls, the student's code may not compute with complex
-      numbers: complex-step differentiation (evaluate f(x + ih), read f'(x) off the imaginary
-      part) is exact to rounding, so no tolerance refuses it, and a difference quotient in
-      extended precision comes close. Any complex tensor a torch function takes or returns for the
-      student's code, any complex or long-double array or number (or ``Decimal``, ``Fraction``)
-      among the arguments, locals or return value of the student's functions, ``cmath``,
-      ``decimal`` and ``fractions`` fail the check (:data:`BY_HAND`).
-    """
-    if isinstance(forbidden, str):
-        raise TypeError(f"forbidden must be a tuple of dotted names, got the string {forbidden!r}")
-    if fn is None:
-        return functools.partial(exercise_check, forbidden=tuple(forbidden), pure=pure,
-                                 may_return_none=may_return_none, self_check=self_check, by_hand=by_hand)
-    forbidden = tuple(forbidden)
-    for name in forbidden:
-        if not _unimported_package(name):
-            _resolve(name)  # fail at import time on a typo
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Optional[bool]:
-        try:
-            detail = _verdict(fn, forbidden, pure, may_return_none, args, kwargs, by_hand)
-        except NotAttempted as e:
-            if not in_ipython():
-                raise
-            print(f"\u2026 {e}")
-            return None
-        message = f"\u2713 {fn.__name__} passed" + (f": {detail}" if detail else "")
-        found = getattr(_PASSES, "found", None)
-        if found is not None:
-            found.append(message)
-        print(message)
-        return None if in_ipython() else True
-
-    wrapper.forbidden = forbidden  # type: ignore[attr-defined]
-    wrapper.self_check = self_check  # type: ignore[attr-defined]
-    wrapper.by_hand = by_hand  # type: ignore[attr-defined]
-    CHECKS[fn.__name__] = wrapper
-    FORBIDDEN[fn.__name__] = forbidden
-    if self_check:
-        SELF_CHECK.add(fn.__name__)
-    if by_hand:
-        BY_HAND.add(fn.__name__)
-    else:
-        BY_HAND.discard(fn.__name__)
-    return wrapper
-
-
-def _as_tensor(x: Any) -> torch.Tensor:
-    if isinstance(x, torch.Tensor):
-        return x.detach()
-    if isinstance(x, np.ndarray):
-        return torch.from_numpy(x)
-    return torch.as_tensor(x)
-
-
-def assert_same(actual: Any, expected: Any, what: str = "output", rtol: Optional[float] = None,
-                atol: Optional[float] = None) -> None:
-    """Like ``torch.testing.assert_close`` (dtype-aware default tolerances; NumPy arrays and
-    numbers accepted), but the message names ``what``, the shapes, and the first mismatch."""
-    if actual is None:
-        raise CheckFailed(f"{what}: got None -- did you forget to return a value?")
-    a, e = _as_tensor(actual), _as_tensor(expected)
-    if a.shape != e.shape:
-        raise CheckFailed(f"{what}: expected shape {tuple(e.shape)}, got {tuple(a.shape)}")
-    if a.dtype != e.dtype:
-        if not (a.is_floating_point() or a.is_complex()) and e.is_floating_point():
-            a = a.to(e.dtype)
-        else:
-            common = torch.promote_types(a.dtype, e.dtype)
-            a, e = a.to(common), e.to(common)
-    try:
-        torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=False)
-    except AssertionError:
-        if a.is_floating_point():
-            tol_a = atol if atol is not None else (1e-7 if a.dtype == torch.float64 else 1e-5)
-            tol_r = rtol if rtol is not None else (1e-7 if a.dtype == torch.float64 else 1.3e-6)
-            bad = ~torch.isclose(a, e, rtol=tol_r, atol=tol_a)
-        else:
-            bad = a != e
-        idx = tuple(int(i) for i in bad.nonzero()[0]) if bad.any() else ()
-        diff = (a.double() - e.double()).abs()
-        ev, av = e[idx].item(), a[idx].item()
-        digits = next((d for d in (6, 9, 12, 17) if f"{ev:.{d}g}" != f"{av:.{d}g}"), 17)
-        raise CheckFailed(
-            f"{what}: {int(bad.sum())} of {a.numel()} elements differ; first mismatch at index "
-            f"{idx}: expected {ev:.{digits}g}, got {av:.{digits}g} "
-            f"(max abs difference {diff.max().item():.3g})"
-        ) from None
-
-
-def finite_number(value: Any, what: str) -> float:
-    """``value`` as a float: a real number (a Python number or a one-element tensor/array), and
-    finite -- NaN and infinity raise :class:`CheckFailed`, so no later comparison can be fooled by
-    them (``abs(nan - x) > tol`` is False). Use it for every number an answer gives."""
-    if isinstance(value, (bool, str, bytes)) or value is None:
-        raise CheckFailed(f"{what} should be a number, got {value!r}"[:200])
-    try:
-        number = float(value.item() if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1
-                       else value)
-    except (TypeError, ValueError, RuntimeError, AttributeError):
-        raise CheckFailed(f"{what} should be a number, got {type(value).__name__} {str(value)[:60]}") from None
-    if not math.isfinite(number):
-        raise CheckFailed(f"{what} is {number}: the answer is a finite number")
-    return number
-
-
-def is_close_number(got: float, expected: float, rtol: float = 0.0, atol: float = 0.0) -> bool:
-    """Whether ``|got - expected| <= atol + rtol * |expected|``: False for NaN or infinity (the
-    one comparison of numbers the checks share)."""
-    try:
-        got, expected = float(got), float(expected)
-    except (TypeError, ValueError):
-        return False
-    return math.isfinite(got) and abs(got - expected) <= atol + rtol * abs(expected)
-
-
-def assert_close_number(got: Any, expected: float, what: str, rtol: float = 0.0, atol: float = 0.0,
-                        hint: Optional[str] = None) -> float:
-    """Raise :class:`CheckFailed` unless ``got`` is a finite number within ``atol + rtol *
-    |expected|`` of ``expected``; the message is ``hint`` when given (a graded check names the
-    mechanism to rethink, never the answer), else it states both numbers. Returns ``got`` as a
-    float."""
-    number = finite_number(got, what)
-    if not is_close_number(number, expected, rtol, atol):
-        raise CheckFailed(hint if hint is not None else f"{what}: expected {expected:.6g}, got {number:.6g}")
-    return number
-
-
-def check_shape(x: Any, expected: tuple, what: str = "output") -> None:
-    """Raise :class:`CheckFailed` unless ``x`` has shape ``expected``."""
-    shape = tuple(getattr(x, "shape", ()))
-    if shape != tuple(expected):
-        raise CheckFailed(f"{what}: expected shape {tuple(expected)}, got {shape}")
-
-
-def _expect_value_error(call: Callable[[], Any], what: str, must_name: str) -> None:
-    """Raise CheckFailed unless ``call()`` raises a ValueError whose message names ``must_name``."""
-    try:
-        call()
-    except ValueError as e:
-        if must_name not in str(e):
-            raise CheckFailed(f"{what}: the ValueError should name {must_name!r}; got: {e}") from None
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        raise CheckFailed(f"{what} should raise ValueError, got {type(e).__name__}: {e}") from None
-    else:
-        raise CheckFailed(f"{what} should raise ValueError instead of returning")
-
-
-# torch's kernels under their other names (torch._softmax, torch.ops.aten.*), refused beside the
-# public names by the checks of chapters 2 and 3 (list them before the public names: a later
-# name's aliases take its label)
-SOFTMAX_KERNELS = tuple(f"torch.{n}" for n in ("_softmax", "_log_softmax", "_safe_softmax") if hasattr(torch, n)) \
-    + tuple(f"torch.ops.aten.{n}" for n in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
-                                            "special_softmax") if hasattr(torch.ops.aten, n))
-ATEN_ATTENTION = tuple(f"torch.ops.aten.{n}" for n in (
-    "scaled_dot_product_attention", "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
-    "_scaled_dot_product_attention_math_for_mps", "_native_multi_head_attention")
-    if hasattr(torch.ops.aten, n))
+def __getattr__(name: str) -> Any:
+    """``from fundamentallm.checks.core import rng`` (and the other names of :data:`_ELSEWHERE`)
+    as before the split: the name, from the module that holds it."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)

@@ -302,11 +302,16 @@ class Renamed(Fixed):
 """, call="Renamed", message=r"should not add, remove, rename")
 
 _LOOP = """
+from fundamentallm import Transformer, TransformerConfig
 from fundamentallm.data import get_batch
 
 
-def loop(model, data, steps, lr=3e-3, seed=0, batch=16, block=16, *, zero="each", lr_scale=1.0, clip=None,
-         opt="adamw"):
+def loop(config, weights, data, steps, lr=3e-3, seed=0, batch=16, block=16, *, zero="each", lr_scale=1.0,
+         clip=None, opt="adamw", load=True, trained=True):
+    model = Transformer(TransformerConfig(**config))
+    if load:
+        model.load_state_dict(weights)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
     if opt == "adamw":
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr * lr_scale, betas=(0.9, 0.95), weight_decay=0.0)
     else:
@@ -317,7 +322,7 @@ def loop(model, data, steps, lr=3e-3, seed=0, batch=16, block=16, *, zero="each"
         optimizer.zero_grad()
     for step in range(steps):
         x, y = get_batch(data, batch, block, generator=g)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss = F.cross_entropy(model(x)[0].flatten(0, 1), y.flatten())
         if zero == "each" or (zero == "even" and step % 2 == 0):
             optimizer.zero_grad()
         loss.backward()
@@ -328,7 +333,7 @@ def loop(model, data, steps, lr=3e-3, seed=0, batch=16, block=16, *, zero="each"
             nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         losses.append(loss.item())
-    return losses, norms
+    return losses, norms, model.state_dict() if trained else initial
 """
 
 wrong_answer("check_fixed_train", "mistake", "the colleague's loop unchanged: gradients accumulate", _LOOP,
@@ -348,3 +353,9 @@ wrong_answer("check_fixed_train", "edge", "zeroes the gradients every other step
 
 wrong_answer("check_fixed_train", "mistake", "fixes zero_grad and swaps AdamW for SGD", _LOOP,
              call="lambda *a, **k: loop(*a, **k, opt='sgd')", message=r"differs")
+
+wrong_answer("check_fixed_train", "mistake", "builds the model but does not load the weights it is given", _LOOP,
+             call="lambda *a, **k: loop(*a, **k, load=False)", message=r"step 0: .*weights loaded")
+
+wrong_answer("check_fixed_train", "edge", "fixes the loop but returns the weights it was given, not the trained ones",
+             _LOOP, call="lambda *a, **k: loop(*a, **k, trained=False)", message=r"not the trained weights")

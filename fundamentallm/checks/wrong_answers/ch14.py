@@ -203,11 +203,23 @@ def balancing_grad(logits, idx, E):
 """, call="balancing_grad", message=r"f_e counts the tokens")
 
 _INFLUENCE = """
+from fundamentallm import MultiHeadAttention
+
+
+def build(layers, d_model):
+    built = []
+    for spec in layers:
+        layer = MultiHeadAttention(d_model, spec["num_heads"], causal=True, sliding_window=spec["window"])
+        layer.double().load_state_dict(spec["weights"])
+        built.append(layer.eval())
+    return built
+
+
 def measured(layers, T, t, d_model):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, T, d_model, generator=g, dtype=torch.float64, requires_grad=True)
     h = x
-    for layer in layers:
+    for layer in build(layers, d_model):
         h = h + layer(h)
     (grad,) = torch.autograd.grad(h[:, t].sum(), x)
     return grad.abs().sum(dim=(0, 2)) != 0
@@ -218,25 +230,25 @@ WINDOWED, MIXED = list(range(6, 16)), list(range(16))
 
 wrong_answer("check_influence", "method", "a formula in the layers' windows instead of a measurement", _INFLUENCE + """
 def formula(layers, T, t, d_model):
-    windows = [layer.sliding_window for layer in layers]
+    windows = [layer["window"] for layer in layers]
     j = torch.arange(T)
-    first = 0 if None in windows else t - sum(w - 1 for w in windows)
+    first = 0 if None in windows else max(0, t - sum(w - 1 for w in windows))
     return (j >= first) & (j <= t)
-""", call="formula, WINDOWED, MIXED", message=r"no attribute 'sliding_window'")
+""", call="formula, WINDOWED, MIXED", message=r"stack F.*input position \d+ cannot change the output")
 
 wrong_answer("check_influence", "method", "a formula in the windows that skips the layers whose output projection is zero", _INFLUENCE + """
 def formula(layers, T, t, d_model):
     reach = 0
     for layer in layers:
-        if layer.out_proj.weight.abs().sum() == 0:
+        if layer["weights"]["out_proj.weight"].abs().sum() == 0:
             continue
-        if layer.sliding_window is None:
+        if layer["window"] is None:
             reach = T
             break
-        reach += layer.sliding_window - 1
+        reach += layer["window"] - 1
     j = torch.arange(T)
     return (j >= max(0, t - reach)) & (j <= t)
-""", call="formula, WINDOWED, MIXED", message=r"no attribute 'out_proj'")
+""", call="formula, WINDOWED, MIXED", message=r"stack F.*input position \d+ cannot change the output")
 
 wrong_answer("check_influence", "mistake", "measures the last layer alone: misses the layers below", _INFLUENCE + """
 def last_only(layers, T, t, d_model):

@@ -31,15 +31,11 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import csv
 import dataclasses
-import hashlib
 import io
-import json
 import os
 import random
 import re
-import stat
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -47,153 +43,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import nbformat
-
-from ..book import ANSWER_TAG, CHECK_TAG, SOLUTION_TAG, Chapter, book_chapters, exercise_label
+from ..book import Chapter, book_chapters
 from . import sandbox
+
+# the class's records, the integrity check and the reading of a submission live one idea a module;
+# their names are importable from here as before (tests and the course CLI use them)
+from .integrity import IntegrityError, integrity_changes, integrity_digest, integrity_files  # noqa: F401
 from .proxy import GradingAbort, NotGradable, Session, StudentError, StudentProxy, Worker
+from .records import (  # noqa: F401
+    FAILED,
+    MISSING,
+    NOT_ATTEMPTED,
+    PASSED,
+    REVIEW,
+    Journal,
+    Result,
+    _row,
+    _write_atomic,
+    csv_safe,
+    student_name,
+)
 from .review import review_source
+from .submission import (  # noqa: F401
+    MAX_CODE_CHARS,
+    MAX_FILES,
+    MAX_NOTEBOOK_BYTES,
+    _cell_tags,
+    _find_notebooks,
+    _source,
+    chapter_prelude,
+    read_notebook_file,
+    student_folders,
+    submitted_code,
+)
 
 DEFAULT_TIMEOUT_S = 60.0
-MAX_NOTEBOOK_BYTES = 20 * 2 ** 20
-MAX_CODE_CHARS = 200_000
-MAX_FILES = 2_000  # files looked at in one student's folder
-PASSED, FAILED, NOT_ATTEMPTED, REVIEW, MISSING = "passed", "failed", "not attempted", "needs review", "missing"
-
-
-@dataclass
-class Result:
-    """One student's result for one exercise. ``status``: passed, failed, not attempted, needs
-    review (0 marks until an instructor reads the code) or missing."""
-
-    student: str
-    chapter: str
-    label: str
-    passed: bool
-    message: str
-    status: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.status:
-            self.status = PASSED if self.passed else FAILED
-
-
-# --- reading a submission (as data) ------------------------------------------------------------
-
-def submitted_code(nb, label: str) -> Optional[str]:
-    """The student's code for exercise ``label``: the code cells after the markdown cell that
-    declares ``:label: label``, up to the next check cell or exercise statement, without check or
-    solution cells. ``None`` when the label is not in the notebook."""
-    cells = list(nb.cells)
-    start = next((i for i, c in enumerate(cells)
-                  if c.get("cell_type") == "markdown" and exercise_label(_source(c)) == label), None)
-    if start is None:
-        return None
-    code = []
-    for cell in cells[start + 1:]:
-        tags = _cell_tags(cell)
-        if cell.get("cell_type") == "markdown" and exercise_label(_source(cell)) is not None:
-            break
-        if cell.get("cell_type") == "code":
-            if CHECK_TAG in tags:
-                break
-            if SOLUTION_TAG not in tags:
-                code.append(_source(cell))
-    return "\n\n".join(code)
-
-
-def _source(cell) -> str:
-    source = cell.get("source", "")
-    if isinstance(source, list):
-        source = "".join(s for s in source if isinstance(s, str))
-    return source if isinstance(source, str) else ""
-
-
-def _cell_tags(cell) -> list:
-    metadata = cell.get("metadata")
-    tags = metadata.get("tags", []) if isinstance(metadata, dict) else []
-    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
-
-
-def read_notebook_file(path: Path):
-    """(notebook, None) or (None, why): a regular file, not a symbolic link (never followed), at
-    most :data:`MAX_NOTEBOOK_BYTES`, UTF-8 JSON in nbformat 4."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        return None, f"the notebook could not be opened ({'a symbolic link, not followed' if e.errno == 40 else e.strerror})"
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None, "the notebook is not a regular file"
-        if info.st_size > MAX_NOTEBOOK_BYTES:
-            return None, f"the notebook is larger than {MAX_NOTEBOOK_BYTES // 2 ** 20} MiB"
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_NOTEBOOK_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_NOTEBOOK_BYTES:
-        return None, f"the notebook is larger than {MAX_NOTEBOOK_BYTES // 2 ** 20} MiB"
-    try:
-        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
-        if not isinstance(nb.get("cells"), list) or not all(isinstance(c, dict) for c in nb.cells):
-            raise ValueError("no list of cells")
-        return nb, None
-    except Exception as e:  # not JSON, not UTF-8, too deep, not a notebook ...
-        first = str(e).splitlines()[0][:200] if str(e) else ""
-        return None, f"the notebook could not be read ({type(e).__name__}: {first})"
-
-
-def student_folders(submissions: Path) -> list[Path]:
-    """One folder per student (hidden entries ignored; a symbolic link is listed, and graded as
-    having no readable notebook). Raises ``FileNotFoundError`` / ``ValueError`` when
-    ``submissions`` is missing or holds no student folder."""
-    submissions = Path(submissions)
-    if not submissions.is_dir():
-        raise FileNotFoundError(f"submissions={str(submissions)!r}: no such folder; it must hold one "
-                                f"folder per student")
-    folders = sorted(p for p in submissions.iterdir() if not p.name.startswith(".")
-                     and (p.is_symlink() or p.is_dir()))
-    if not folders:
-        raise ValueError(f"submissions={str(submissions)!r} holds no student folder; put each "
-                         f"student's notebooks in a folder named after the student")
-    return folders
-
-
-def _find_notebooks(folder: Path) -> dict[str, Path]:
-    """The first ``*.ipynb`` of each name under ``folder``, without following symbolic links."""
-    found: dict[str, Path] = {}
-    seen = 0
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d != ".ipynb_checkpoints")
-        for name in sorted(filenames):
-            seen += 1
-            if seen > MAX_FILES:
-                return found
-            if name.endswith(".ipynb"):
-                found.setdefault(name, Path(dirpath) / name)
-    return found
-
-
-def chapter_prelude(chapter: Chapter) -> str:
-    """The chapter's own import statements (outside its exercises): the answer cells run after
-    them, as in the notebook. Book code, read by the grader."""
-    nb = nbformat.read(chapter.path, as_version=4)
-    lines: list[str] = []
-    for cell in nb.cells:
-        tags = _cell_tags(cell)
-        if cell.cell_type != "code" or {SOLUTION_TAG, CHECK_TAG, ANSWER_TAG} & set(tags):
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                text = ast.get_source_segment(cell.source, node)
-                if text and text not in lines:
-                    lines.append(text)
-    return "\n".join(lines) + "\n"
 
 
 # --- grading one student -----------------------------------------------------------------------
@@ -413,16 +297,6 @@ def grade_student(name: str, folder: Path, chapters: Sequence[Chapter], timeout:
 
 # --- the class ---------------------------------------------------------------------------------
 
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "|", "%")
-
-
-def csv_safe(value):
-    """A CSV cell that a spreadsheet will not run as a formula (OWASP's advice: prefix with ')."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
-
-
 @contextlib.contextmanager
 def grading_context(seed: int):
     """The grader's process-wide setting while it grades: fresh check inputs from ``seed``,
@@ -450,120 +324,6 @@ def self_check_labels(chapters: Sequence[Chapter]) -> set[str]:
             if names and all(n in SELF_CHECK for n in names):
                 labels.add(ex.label)
     return labels
-
-
-def _row(student: str, results: list[Result], labels: list[str], self_checks: frozenset = frozenset()) -> dict:
-    """One student's row: 1/0 per exercise; ``total``/``out_of`` over the graded exercises only;
-    ``self_check``/``self_check_of`` for the self-check items (no marks); ``review``."""
-    row: dict[str, Any] = {"student": student}
-    row.update({r.label: int(r.passed) for r in results})
-    row["total"] = sum(int(r.passed) for r in results if r.label not in self_checks)
-    row["out_of"] = sum(1 for lab in labels if lab not in self_checks)
-    row["self_check"] = sum(int(r.passed) for r in results if r.label in self_checks)
-    row["self_check_of"] = sum(1 for lab in labels if lab in self_checks)
-    row["review"] = " ".join(r.label for r in results if r.status == REVIEW)
-    return row
-
-
-def student_name(folder: Path) -> str:
-    """A student's name as text: the folder's name, any byte that is not UTF-8 written as ``\\xNN``."""
-    name = os.fsencode(Path(folder).name)
-    return name.decode("utf-8", "backslashreplace")
-
-
-class IntegrityError(RuntimeError):
-    """The grader's own files (its package, the checks, the book) changed during the class."""
-
-
-def integrity_files(book: Sequence[Chapter]) -> list[Path]:
-    """The files whose change stops the class: every file of the ``fundamentallm`` package (the
-    grader, the checks) and the book's chapters. Not ``__pycache__``: Python itself rewrites a
-    stale ``.pyc`` when the grader first imports a module mid-class (the sandbox keeps the
-    package read-only for the students' code either way)."""
-    files = sorted(p for p in sandbox.PACKAGE_DIR.rglob("*")
-                   if (p.is_file() or p.is_symlink()) and "__pycache__" not in p.relative_to(sandbox.PACKAGE_DIR).parts)
-    return files + sorted({Path(c.path) for c in book})
-
-
-def integrity_digest(book: Sequence[Chapter]) -> dict[str, str]:
-    """``{path: sha256}`` of :func:`integrity_files` (a missing or unreadable file hashes as
-    ``"missing"``)."""
-    digest = {}
-    for path in integrity_files(book):
-        try:
-            digest[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest() if not path.is_symlink() \
-                else "link:" + os.readlink(path)
-        except OSError:
-            digest[str(path)] = "missing"
-    return digest
-
-
-def integrity_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    """Files changed, removed or added since ``before``."""
-    changed = [p for p, h in before.items() if after.get(p, "missing") != h]
-    changed += [p for p in after if p not in before]
-    return sorted(changed)
-
-
-def _write_atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        write(csv.writer(f))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-class Journal:
-    """``<csv>.journal.jsonl``: the seed, then one line per student started and finished, so a
-    killed run resumes with the same seed and the same rows."""
-
-    def __init__(self, path: Path, seed: Optional[int], labels: list[str], resume: bool) -> None:
-        self.path, self.lock = path, threading.Lock()
-        self.done: dict[str, list[Result]] = {}
-        self.starts: dict[str, int] = {}
-        self.solo: dict[str, int] = {}  # starts while no other student was graded
-        lines = []
-        if path.exists():
-            lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            finished = bool(lines) and lines[-1].get("finished") is True
-            if not resume and not finished:
-                raise ValueError(f"{path} holds a grading run that did not finish; pass --resume to "
-                                 f"continue it, or delete the file to start again")
-        if resume and lines:
-            head = lines[0]
-            if head.get("labels") != labels:
-                raise ValueError(f"{path} was written for other exercises; delete it to start again")
-            self.seed = int(head["seed"])
-            for line in lines[1:]:
-                if "started" in line:
-                    self.starts[line["started"]] = self.starts.get(line["started"], 0) + 1
-                    if line.get("solo"):
-                        self.solo[line["started"]] = self.solo.get(line["started"], 0) + 1
-                elif "student" in line:
-                    self.done[line["student"]] = [Result(**r) for r in line["results"]]
-            self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
-        else:
-            self.seed = seed if seed is not None else random.SystemRandom().randrange(2 ** 62)
-            self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115
-            self._write({"seed": self.seed, "labels": labels})
-
-    def _write(self, record: dict) -> None:
-        with self.lock:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
-            os.fsync(self.file.fileno())
-
-    def started(self, student: str, solo: bool = False) -> None:
-        self._write({"started": student, **({"solo": True} if solo else {})})
-
-    def finished(self, student: str, results: list[Result]) -> None:
-        self._write({"student": student, "results": [r.__dict__ for r in results]})
-
-    def close(self, complete: bool) -> None:
-        if complete:
-            self._write({"finished": True})
-        self.file.close()
 
 
 def grade(submissions: Path, csv_path: Optional[Path] = None, details_path: Optional[Path] = None,

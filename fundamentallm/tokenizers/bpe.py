@@ -1,22 +1,12 @@
-r"""Tokenizers: text <-> lists of integer ids.
-
-A ladder in the style of minbpe: ``Tokenizer`` (the shared interface and JSON save/load) ->
-``CharacterTokenizer`` (one id per character seen in training) -> ``ByteBPETokenizer``
-(byte-level byte-pair encoding, Sennrich et al. 2016 as used by GPT-2, Radford et al. 2019:
-start from the 256 byte values, repeatedly merge the most frequent adjacent pair into a new id).
-
-``ByteBPETokenizer`` follows the conventions a user comparing with the references expects:
-GPT-2's pre-tokenizer regex exactly (via the ``regex`` package, which knows ``\p{L}``), merges
-applied in the order they were learned (GPT-2, Hugging Face), special tokens never split and
-never merged across, with ``allowed_special``/``disallowed_special`` as in ``tiktoken``, and
-GPT-2's ``vocab.json`` + ``merges.txt`` read and written with the ids they hold.
-"""
+r"""Byte-level BPE (Sennrich et al. 2016 as used by GPT-2, Radford et al. 2019): start from the 256
+byte values, repeatedly merge the most frequent adjacent pair into a new id. GPT-2's pre-tokenizer
+regex exactly (via the ``regex`` package, which knows ``\p{L}``), merges applied in the order they
+were learned, special tokens never split and never merged across, with ``allowed_special`` /
+``disallowed_special`` as in ``tiktoken``. Other file formats: :mod:`.vocab_files`."""
 
 from __future__ import annotations
 
 import heapq
-import json
-import os
 import re as std_re
 from collections import Counter
 from pathlib import Path
@@ -24,150 +14,17 @@ from typing import Any, Iterable, Iterator, Optional, Union
 
 import regex as re  # the standard library's ``re`` has no ``\p{L}`` (any letter of any script)
 
-# GPT-2's pre-tokenisation pattern, exactly as in its encoder.py (Radford et al. 2019):
-# contractions, optionally-space-prefixed runs of letters / numbers / other symbols, and
-# whitespace. Merges never cross these chunk boundaries, so " the" and "the." stay apart.
-GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-# The approximation used before the ``regex`` package (``[^\W\d_]`` for a letter): it differs from
-# GPT-2 on a letter next to a character such as ² or ①. Kept so tokenizer files saved with it load
-# and encode exactly as before.
-LEGACY_SPLIT_PATTERN = r"'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"
-PathLike = Union[str, os.PathLike]
-# The split patterns a tokenizer FILE may name. A file is data and is meant to be safe to load, but
-# a regular expression is a program: ``"(.|.)*Z"`` backtracks exponentially and hangs ``encode``.
-# So ``Tokenizer.load`` accepts only these; a pattern of your own is passed in code instead.
-KNOWN_PATTERNS = {"gpt2": GPT2_SPLIT_PATTERN, "legacy": LEGACY_SPLIT_PATTERN, "none": None}
-# How training breaks a tie between equally frequent pairs (see ByteBPETokenizer.train).
-TIE_RULES = ("lexicographic", "first-seen")
-
-
-class Tokenizer:
-    """Shared interface: ``encode(str) -> list[int]``, ``decode(list[int]) -> str``,
-    ``vocab_size``, and ``save(path)`` / ``Tokenizer.load(path)`` as JSON."""
-
-    @property
-    def vocab_size(self) -> int:
-        raise NotImplementedError
-
-    def encode(self, text: str) -> list[int]:
-        raise NotImplementedError
-
-    def decode(self, ids: Iterable[int]) -> str:
-        raise NotImplementedError
-
-    def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def save(self, path: PathLike) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
-
-    @staticmethod
-    def from_dict(state: dict[str, Any]) -> Tokenizer:
-        """Rebuild the tokenizer named by ``state["type"]``, validating every field (a tokenizer
-        file is data: a bad one raises ``ValueError`` naming the field, never loads wrong)."""
-        kinds = {"CharacterTokenizer": CharacterTokenizer, "ByteBPETokenizer": ByteBPETokenizer}
-        if not isinstance(state, dict):
-            raise ValueError(f"a tokenizer state must be a JSON object, got {type(state).__name__}")
-        kind = state.get("type")
-        if kind not in kinds:
-            raise ValueError(f"tokenizer type {kind!r} is unknown; allowed values: {', '.join(kinds)}")
-        versions = (1, 2) if kind == "ByteBPETokenizer" else (1,)
-        if state.get("version") not in versions:
-            raise ValueError(f"tokenizer version={state.get('version')!r} is not supported; allowed: "
-                             f"{', '.join(map(str, versions))}")
-        return kinds[kind]._from_state(state)
-
-    @classmethod
-    def load(cls, path: PathLike) -> Tokenizer:
-        try:
-            state = json.loads(Path(path).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"tokenizer file {path} is not valid JSON: {err}") from err
-        except UnicodeDecodeError as err:
-            raise ValueError(f"tokenizer file {path} is not UTF-8 text ({err.reason} at byte "
-                             f"{err.start}); is it a tokenizer saved by fundamentallm?") from err
-        try:
-            tok = Tokenizer.from_dict(state)
-        except ValueError as err:
-            raise ValueError(f"tokenizer file {path}: {err}") from err
-        if cls is not Tokenizer and not isinstance(tok, cls):
-            raise ValueError(f"{path} holds a {type(tok).__name__}, not a {cls.__name__}")
-        return tok
-
-    @staticmethod
-    def _ids(ids: Iterable[int]) -> list[int]:
-        """Token ids as Python ints; any integer type (NumPy's, a tensor's) is fine, a float or a
-        bool is not."""
-        if isinstance(ids, (str, bytes)):
-            raise TypeError(f"ids must be a sequence of integer token ids, got {type(ids).__name__}")
-        values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        if not isinstance(values, list):  # a 0-d tensor or array
-            values = [values]
-        for i in values:
-            if isinstance(i, bool) or not isinstance(i, int):
-                raise TypeError(f"ids must be integer token ids, got {i!r} ({type(i).__name__})")
-        return values
-
-
-class CharacterTokenizer(Tokenizer):
-    """One id per character. ``<pad>`` is 0 and ``<unk>`` is 1; the characters seen in training
-    follow in sorted order. Encoding a character never seen gives ``<unk>``; decoding ``<unk>``
-    gives U+FFFD (the replacement character) and ``<pad>`` gives nothing."""
-
-    PAD, UNK = 0, 1
-    SPECIALS = ("<pad>", "<unk>")
-
-    def __init__(self, chars: Iterable[str] = ()) -> None:
-        if isinstance(chars, (bytes, bytearray)) or not hasattr(chars, "__iter__"):
-            raise TypeError(f"chars must be an iterable of single characters, got {type(chars).__name__}")
-        chars = sorted(set(chars), key=str)
-        bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
-        if bad:
-            raise ValueError(f"chars must be single characters, got {bad[:5]}")
-        self.itos = [*self.SPECIALS, *chars]
-        self.stoi = {c: i for i, c in enumerate(chars, start=len(self.SPECIALS))}
-
-    def train(self, text: str) -> CharacterTokenizer:
-        """Set the vocabulary to the characters of ``text``; returns ``self``."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        self.__init__(set(text))
-        return self
-
-    @classmethod
-    def from_text(cls, text: str) -> CharacterTokenizer:
-        return cls().train(text)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.itos)
-
-    def encode(self, text: str) -> list[int]:
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return [self.stoi.get(c, self.UNK) for c in text]
-
-    def decode(self, ids: Iterable[int]) -> str:
-        out = []
-        for i in self._ids(ids):
-            if not 0 <= i < len(self.itos):
-                raise ValueError(f"token id {i} is outside the vocabulary [0, {len(self.itos)})")
-            out.append("" if i == self.PAD else "\ufffd" if i == self.UNK else self.itos[i])
-        return "".join(out)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": "CharacterTokenizer", "version": 1, "chars": "".join(self.itos[2:])}
-
-    @classmethod
-    def _from_state(cls, state: dict[str, Any]) -> CharacterTokenizer:
-        chars = state.get("chars")
-        if not isinstance(chars, str):
-            raise ValueError(f"chars={chars!r} must be a string of the vocabulary's characters")
-        # subtle: save writes them sorted and unique; anything else (a flipped or repeated byte)
-        # would load with every later id shifted, decoding to the wrong text without an error.
-        if list(chars) != sorted(set(chars)):
-            raise ValueError("chars must be sorted and unique, as save writes them; the file was changed")
-        return cls(chars)
+from . import vocab_files
+from .base import (
+    GPT2_SPLIT_PATTERN,
+    KNOWN_PATTERNS,
+    LEGACY_SPLIT_PATTERN,
+    TIE_RULES,
+    PathLike,
+    Tokenizer,
+    _check_specials,
+    _is_id,
+)
 
 
 def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
@@ -182,37 +39,6 @@ def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
             out.append(ids[i])
             i += 1
     return out
-
-
-def _is_id(i: Any) -> bool:
-    return isinstance(i, int) and not isinstance(i, bool)
-
-
-def _check_specials(special_tokens: Any) -> list[str]:
-    """``special_tokens`` as a list of distinct non-empty strings, or a clear error."""
-    if special_tokens is None:
-        return []
-    if isinstance(special_tokens, (str, bytes)) or not hasattr(special_tokens, "__iter__"):
-        raise TypeError(f"special_tokens must be a list of strings, got {type(special_tokens).__name__}")
-    specials = list(special_tokens)
-    for s in specials:
-        if not isinstance(s, str) or not s:
-            raise TypeError(f"special_tokens must be non-empty strings, got {s!r} ({type(s).__name__})")
-    if len(set(specials)) != len(specials):
-        raise ValueError(f"special_tokens={specials!r} holds a token twice")
-    return specials
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible map byte -> printable character used in ``vocab.json``/``merges.txt``:
-    printable bytes stand for themselves, the other 68 (space, controls, ...) for chr(256 + n)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, n = {b: chr(b) for b in printable}, 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + n)
-            n += 1
-    return table
 
 
 class ByteBPETokenizer(Tokenizer):
@@ -550,113 +376,27 @@ class ByteBPETokenizer(Tokenizer):
             raise ValueError(f"token id {i!r} is outside the vocabulary [0, {self.vocab_size})")
         return self.vocab[i]
 
-    # ---------------------------------------------------------------- other formats
+    # ---------------------------------------------------------------- other formats (vocab_files)
 
     @classmethod
     def from_vocab_merges(cls, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]],
                           special_tokens: Optional[Iterable[str]] = None,
                           pattern: Optional[str] = GPT2_SPLIT_PATTERN) -> ByteBPETokenizer:
         """Build from a vocabulary ``{id: bytes}`` and merges ``[(bytes, bytes), ...]`` in rank
-        order (the form of Stanford CS336's assignment and of GPT-2's files), keeping the ids.
-
-        Every single byte must be in ``vocab``, and each merge's two parts and their
-        concatenation too (else ``ValueError`` naming the merge). A special token whose bytes are
-        in ``vocab`` (GPT-2's ``<|endoftext|>``) keeps that id, unless a merge or a byte makes it
-        (then ``ValueError``); any other special token gets the next free id.
-        """
-        if not isinstance(vocab, dict):
-            raise TypeError(f"vocab must be a dict {{id: bytes}}, got {type(vocab).__name__}")
-        for i, v in vocab.items():
-            if not _is_id(i) or i < 0 or not isinstance(v, bytes) or not v:
-                raise ValueError(f"vocab must map integer ids >= 0 to non-empty bytes, got {i!r}: {v!r}")
-        specials = _check_specials(special_tokens)
-        special_bytes = {s.encode("utf-8"): s for s in specials}
-        for b, s in special_bytes.items():
-            if len(b) == 1:
-                raise ValueError(f"special_tokens: {s!r} is a single byte, which the byte-level "
-                                 f"vocabulary needs as an ordinary token")
-        by_bytes: dict[bytes, int] = {}
-        for i, v in vocab.items():
-            if v in by_bytes and v not in special_bytes:
-                raise ValueError(f"vocab: ids {by_bytes[v]} and {i} both stand for {v!r}")
-            by_bytes[v] = i
-        missing = [b for b in range(256) if bytes([b]) not in by_bytes]
-        if missing:
-            raise ValueError(f"vocab lacks the single bytes {missing[:8]}{' ...' if len(missing) > 8 else ''}; "
-                             f"a byte-level vocabulary needs all 256")
-        if isinstance(merges, (str, bytes)) or not hasattr(merges, "__iter__"):
-            raise TypeError(f"merges must be a list of (bytes, bytes) pairs, got {type(merges).__name__}")
-        triples, seen = [], set()
-        for merge in merges:
-            if not isinstance(merge, (tuple, list)) or len(merge) != 2 or not all(
-                    isinstance(m, bytes) for m in merge):
-                raise ValueError(f"merges must be pairs of bytes, got {merge!r}")
-            a, b = merge
-            for part in (a, b, a + b):
-                if part not in by_bytes:
-                    raise ValueError(f"merges: ({a!r}, {b!r}) does not fit the vocab: {part!r} is not in it")
-            pair = (by_bytes[a], by_bytes[b])
-            if pair in seen:
-                raise ValueError(f"merge ({a!r}, {b!r}) appears twice")
-            seen.add(pair)
-            triples.append((*pair, by_bytes[a + b]))
-            if a + b in special_bytes:
-                raise ValueError(f"special_tokens: {special_bytes[a + b]!r} collides with the merge "
-                                 f"({a!r}, {b!r}); a special token must not be reachable by merges")
-        tok = cls(pattern=pattern)
-        ordinary = {i: v for i, v in vocab.items() if v not in special_bytes}
-        ids = {s: by_bytes[s.encode("utf-8")] for s in specials if s.encode("utf-8") in by_bytes}
-        tok._set(ordinary, triples, specials, ids)
-        return tok
+        order, keeping the ids: :func:`fundamentallm.tokenizers.vocab_files.from_vocab_merges`."""
+        return vocab_files.from_vocab_merges(cls, vocab, merges, special_tokens, pattern)
 
     @classmethod
     def from_gpt2_files(cls, vocab_path: PathLike, merges_path: PathLike,
                         special_tokens: Optional[Iterable[str]] = None) -> ByteBPETokenizer:
-        """Load GPT-2's ``vocab.json`` (token -> id) and ``merges.txt`` (``#version`` line, then
-        one merge ``"a b"`` a line, in rank order), keeping their ids; tokens are written in
-        GPT-2's printable stand-ins for bytes (:func:`_bytes_to_unicode`). With
-        ``special_tokens=["<|endoftext|>"]`` GPT-2's own files give GPT-2's ids exactly."""
-        decode_char = {c: b for b, c in _bytes_to_unicode().items()}
-
-        def to_bytes(token: str, where: str) -> bytes:
-            try:
-                return bytes(decode_char[c] for c in token)
-            except KeyError as err:
-                raise ValueError(f"{where}: token {token!r} has a character ({err.args[0]!r}) that "
-                                 f"is not one of GPT-2's byte stand-ins") from None
-        try:
-            table = json.loads(Path(vocab_path).read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"vocab_path={str(vocab_path)!r} is not a JSON file ({err})") from err
-        if not isinstance(table, dict):
-            raise ValueError(f"vocab_path={str(vocab_path)!r} must hold a JSON object token -> id")
-        vocab = {i: to_bytes(t, "vocab_path") for t, i in table.items()}
-        merges = []
-        for n, line in enumerate(Path(merges_path).read_text(encoding="utf-8").splitlines(), 1):
-            if not line or (n == 1 and line.startswith("#version")):
-                continue
-            parts = line.split(" ")
-            if len(parts) != 2:
-                raise ValueError(f"merges_path line {n}: {line!r} is not two tokens separated by a space")
-            merges.append((to_bytes(parts[0], "merges_path"), to_bytes(parts[1], "merges_path")))
-        return cls.from_vocab_merges(vocab, merges, special_tokens)
+        """Load GPT-2's ``vocab.json`` and ``merges.txt``, keeping their ids:
+        :func:`fundamentallm.tokenizers.vocab_files.from_gpt2_files`."""
+        return vocab_files.from_gpt2_files(cls, vocab_path, merges_path, special_tokens)
 
     def save_gpt2_files(self, directory: PathLike) -> tuple[Path, Path]:
-        """Write ``vocab.json`` and ``merges.txt`` in GPT-2's format (special tokens are in
-        ``vocab.json``, as GPT-2's ``<|endoftext|>``); returns their paths. Reload with
-        ``from_gpt2_files(..., special_tokens=list(tok.special_tokens))``."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        char = _bytes_to_unicode()
-        text = {i: "".join(char[b] for b in v) for i, v in self.vocab.items()}
-        if len(set(text.values())) != len(text):
-            raise ValueError("two ids of this vocabulary stand for the same bytes; GPT-2's vocab.json "
-                             "(token -> id) cannot hold that")
-        vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
-        vocab_path.write_text(json.dumps({text[i]: i for i in sorted(text)}, ensure_ascii=False), encoding="utf-8")
-        lines = ["#version: 0.2"] + [f"{text[a]} {text[b]}" for a, b in self.merges]
-        merges_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return vocab_path, merges_path
+        """Write ``vocab.json`` and ``merges.txt`` in GPT-2's format; returns their paths:
+        :func:`fundamentallm.tokenizers.vocab_files.save_gpt2_files`."""
+        return vocab_files.save_gpt2_files(self, directory)
 
     # ---------------------------------------------------------------- save / load
 
