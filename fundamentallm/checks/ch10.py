@@ -110,9 +110,18 @@ class _CountTorchCalls(torch.overrides.TorchFunctionMode):
         super().__init__()
         self.n = 0
 
+    def __enter__(self):
+        self._grad = torch.is_grad_enabled()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        out = super().__exit__(*exc)
+        torch.set_grad_enabled(self._grad)  # stopped inside a no_grad block, its exit may not have run
+        return out
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.n += 1
-        if self.n > 500:  # enough to decide: stop a loop over 4096 rows early
+        if self.n == 501:  # enough to decide: stop a loop over 4096 rows early (once: cleanup still runs)
             raise _TooManyCalls
         return func(*args, **(kwargs or {}))
 
