@@ -110,9 +110,18 @@ class _CountTorchCalls(torch.overrides.TorchFunctionMode):
         super().__init__()
         self.n = 0
 
+    def __enter__(self):
+        self._grad = torch.is_grad_enabled()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        out = super().__exit__(*exc)
+        torch.set_grad_enabled(self._grad)  # stopped inside a no_grad block, its exit may not have run
+        return out
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.n += 1
-        if self.n > 500:  # enough to decide: stop a loop over 4096 rows early
+        if self.n == 501:  # enough to decide: stop a loop over 4096 rows early (once: cleanup still runs)
             raise _TooManyCalls
         return func(*args, **(kwargs or {}))
 
@@ -297,12 +306,19 @@ def check_greedy_trap(make_trap: Callable) -> str:
     """``make_trap()`` -> ``(table, start)``: a ``(V, V)`` bigram table of next-token logits
     (2 <= V <= 12) and a start token on which, for 3 new tokens, the most likely continuation
     (total log-probability, by exhaustive search) beats greedy decoding's by at least 1 nat, and
-    beam search with 2 beams finds it."""
+    beam search with 2 beams finds it. A ``make_trap`` that runs more than 500 tensor operations is
+    refused as a search, not a design."""
     import itertools
 
     from ..beam import beam_search
 
-    out = make_trap()
+    out, counter = None, _CountTorchCalls()
+    with contextlib.suppress(_TooManyCalls), counter:
+        out = make_trap()
+    if counter.n > 500:
+        raise CheckFailed("make_trap made more than 500 tensor operations: that is a search over tables, not "
+                          "a design (a designed table takes a few dozen). Reason it out instead: which rows "
+                          "must be confident and which unsure for greedy's first choice to lead nowhere?")
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise CheckFailed(f"make_trap() should return (table, start), got {type(out).__name__}")
     table, start = out

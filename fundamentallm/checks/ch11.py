@@ -21,8 +21,15 @@ from .predict import number, require_prediction
 # large by entries that do not affect the gradient being compared, or a large offset that cancels).
 # The complex step or extended precision would meet it: by_hand=True refuses any complex number or
 # long double the answer computes with. The instructor's reading of the code is the final judge.
-_AUTOGRAD = ("torch.autograd", "torch._functorch", "torch.Tensor.backward",
-             "fundamentallm.gradcheck", "sympy", "mpmath")
+# torch's derivative kernels, the functions autograd itself runs (torch.ops.aten.gelu_backward ...),
+# called directly, are autograd without the tape: listed first (a later name's aliases take its label)
+_DERIVATIVE_KERNELS = tuple(f"torch.ops.aten.{n}" for n in (
+    "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward", "log_sigmoid_backward",
+    "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_backward", "nll_loss2d_backward",
+    "native_layer_norm_backward", "_fused_rms_norm_backward", "mul_backward", "div_backward",
+    "pow_backward", "sqrt_backward", "rsqrt_backward", "exp_backward") if hasattr(torch.ops.aten, n))
+_AUTOGRAD = _DERIVATIVE_KERNELS + ("torch.autograd", "torch._functorch", "torch.Tensor.backward",
+                                   "fundamentallm.gradcheck", "sympy", "mpmath")
 _TOL = 1e-11  # a derivation is exact to about 1e-15 relative; a float64 difference quotient is not
 
 
@@ -153,6 +160,44 @@ def _ch11_slope_grad(got: Any, shape: tuple) -> float:
     return value
 
 
+class _Ch11Slope(float):
+    """The slope handed to the student's function: a float that notes being shifted. A finite
+    difference moves it (``slope + h``, ``slope - h``, also extrapolated over several h); a
+    derivation only multiplies it by the distances."""
+
+    shifted = False
+
+    def _shift(self, result: Any) -> Any:
+        self.shifted = True
+        return result
+
+    def __add__(self, other):  # noqa: D105
+        return self._shift(float(self) + other)
+
+    def __radd__(self, other):  # noqa: D105
+        return self._shift(other + float(self))
+
+    def __sub__(self, other):  # noqa: D105
+        return self._shift(float(self) - other)
+
+    def __rsub__(self, other):  # noqa: D105
+        return self._shift(other - float(self))
+
+
+def _ch11_call_alibi(alibi_slope_grad: Callable, arrays: tuple, slope: float, shape: tuple) -> Any:
+    # through the grader's worker only plain data crosses: there the float cannot watch (a known gap)
+    student = getattr(alibi_slope_grad, "_student_function", alibi_slope_grad)  # exercise_check's wrapper
+    remote = getattr(type(student), "_student_proxy", False)
+    watched = float(slope) if remote else _Ch11Slope(slope)
+    got = alibi_slope_grad(*(t.numpy().copy() for t in arrays), watched)
+    if getattr(watched, "shifted", False):
+        raise CheckFailed(f"inputs of shape {shape}: your function shifted the slope (slope + h or slope - h) "
+                          f"-- that is how a finite difference measures dL/dslope, and this exercise "
+                          f"replaces it by a derivation. Derive it: dS/dslope "
+                          f"is the same for every input, and eq. ch11-attn-backward gives dL/dS")
+    return got
+
+
 @exercise_check(forbidden=_AUTOGRAD, by_hand=True)
 def check_alibi_slope_grad(alibi_slope_grad: Callable) -> str:
     """``alibi_slope_grad(q, k, v, dout, slope)`` -> the scalar dL/dslope for causal attention
@@ -165,21 +210,23 @@ def check_alibi_slope_grad(alibi_slope_grad: Callable) -> str:
     gets the same large offset c (v_j + c for every key j): out = P v + c, so the loss gains
     sum(c · dout), a constant that does not depend on the slope, and the exact gradient is
     unchanged (the softmax backward removes it); a finite difference of the loss, whose value is
-    now about 1e6, loses its digits to rounding (1e-7 or worse at every step size)."""
+    now about 1e6, loses its digits to rounding (1e-7 or worse at every step size). The slope is
+    handed over as a float that notes a shift (``slope ± h``): a finite difference, even one
+    extrapolated to 1e-13 over several steps on values centred over the keys, is refused (in the
+    notebook: the grader's worker receives plain data, and there the instructor's reading decides)."""
     cases = [((4, 3), 0.5), ((2, 6, 4), 0.25), ((2, 2, 5, 3), 1.0), ((1, 3), 0.0), ((8, 2), 2.0)]
     for seed, (shape, slope) in enumerate(cases):
         rng = _ch11_rng(50 + seed)
         q, k, v, dout = (torch.tensor(rng.standard_normal(shape)) for _ in range(4))
         m = torch.tensor(slope, dtype=torch.float64, requires_grad=True)
         (expected,) = torch.autograd.grad(_ch11_alibi_loss(q, k, v, dout, m), m)
-        got = _ch11_slope_grad(alibi_slope_grad(*(t.numpy().copy() for t in (q, k, v, dout)), slope), shape)
+        got = _ch11_slope_grad(_ch11_call_alibi(alibi_slope_grad, (q, k, v, dout), slope, shape), shape)
         assert_same(np.float64(got), expected, what=f"dL/dslope for inputs of shape {shape}, slope={slope} "
                     f"(compared to 1e-11: a derivation is exact to rounding)", rtol=1e-11, atol=1e-11)
         if shape[-2] == 1:
             continue
         offset = 1e6 * torch.tensor(rng.standard_normal(shape[-1]))  # the same for every key
-        got = _ch11_slope_grad(alibi_slope_grad(*(t.numpy().copy() for t in (q, k, v + offset, dout)), slope),
-                               shape)
+        got = _ch11_slope_grad(_ch11_call_alibi(alibi_slope_grad, (q, k, v + offset, dout), slope, shape), shape)
         if not abs(got - expected.item()) <= 3e-8 * (1 + abs(expected.item())):
             raise CheckFailed(f"inputs of shape {shape} whose value rows all share one large offset c: "
                               f"your dL/dslope moved by {abs(got - expected.item()):.1e}, but c adds to "
@@ -246,6 +293,7 @@ def check_gelu_backward(gelu_backward: Callable, limits: Any, extremes: Any) -> 
                               f"(1 - tanh^2 u underflows to 0 at large |u|, which is fine)")
         assert_same(dx, dy * _ch11_gelu_grad(x), f"{what}: dx (compared to 5e-14: a derived formula is exact "
                     f"to rounding, an ordinary float64 difference quotient is not)", rtol=5e-13, atol=5e-14)
+    zero = grid[int(np.nonzero(np.diff(np.sign(g)) > 0)[0][0])]  # where gelu turns from falling to rising
     return (f"{len(cases)} cases equal to autograd of F.gelu(approximate='tanh') to 5e-14; dy/dx "
             f"ranges from {true[0]:.4f} to {true[1]:.4f} (at x = {grid[g.argmin()]:.3f} and "
-            f"{grid[g.argmax()]:.3f})")
+            f"{grid[g.argmax()]:.3f}) and is 0 at x = {zero:.3f}")

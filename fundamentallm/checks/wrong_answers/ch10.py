@@ -272,3 +272,22 @@ def make_trap():
     t[2, 2] = 20.0
     return t, 0
 """, call="make_trap", message=r"tie")
+
+wrong_answer("check_greedy_trap", "method", "a search of its own: random tables until one passes, each scored "
+             "by exhaustive enumeration (no design, no package)", """
+import itertools
+def make_trap():
+    g = torch.Generator().manual_seed(0)
+    while True:
+        t = torch.randn(4, 4, generator=g) * 5
+        lp = torch.log_softmax(t.double(), -1)
+        seq, total = [0], 0.0
+        for _ in range(3):
+            k = int(lp[seq[-1]].argmax())
+            total += float(lp[seq[-1], k])
+            seq.append(k)
+        best = max(sum(float(lp[a, b]) for a, b in zip((0,) + c, c))
+                   for c in itertools.product(range(4), repeat=3))
+        if best - total >= 1.2:
+            return t, 0
+""", call="make_trap", message=r"search over tables, not a design")

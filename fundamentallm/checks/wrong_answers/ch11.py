@@ -140,11 +140,17 @@ def alibi_slope_grad(q, k, v, dout, slope):
 """, call="alibi_slope_grad", message=r"dL/dslope")
 
 wrong_answer("check_alibi_slope_grad", "edge", "one gradient per query, not the sum over every place the "
-             "slope enters", _ALIBI_LOSS + """
+             "slope enters", """
 def alibi_slope_grad(q, k, v, dout, slope):
-    h = 1e-6
-    g = (_loss(q, k, v, dout, slope + h) - _loss(q, k, v, dout, slope - h)) / (2 * h)
-    return np.full(q.shape[-2], g / q.shape[-2])
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    d = (i[:, None] - i[None, :]).astype(float)
+    s = np.where(d >= 0, q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - slope * d, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    dp = dout @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    return (ds * -d).sum(axis=-1).reshape(-1, T).sum(axis=0)  # (T,): one per query
 """, call="alibi_slope_grad", message=r"one number")
 
 wrong_answer("check_alibi_slope_grad", "method", "a central finite difference of the loss, step 1e-6", _ALIBI_LOSS + """
@@ -422,3 +428,70 @@ def alibi_slope_grad(q, k, v, dout, slope):
     del m, s, p
     return r
 """, call="alibi_slope_grad", message=r"complex")
+
+# torch's derivative kernels called directly: what autograd would run, without the tape
+wrong_answer("check_gelu_backward", "method", "torch's own GELU derivative kernel, torch.ops.aten.gelu_backward", """
+def gelu_backward(x, dy):
+    return torch.ops.aten.gelu_backward(torch.tensor(dy), torch.tensor(x), approximate="tanh").numpy()
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"not to use torch\.ops\.aten\.gelu_backward")
+
+wrong_answer("check_swiglu_backward", "method", "torch's silu derivative kernel, torch.ops.aten.silu_backward", """
+def swiglu_backward(a, b, dy):
+    A, B, DY = (torch.tensor(t) for t in (a, b, dy))
+    return torch.ops.aten.silu_backward(DY * B, A).numpy(), (DY * A * torch.sigmoid(A)).numpy()
+""", call="swiglu_backward", message=r"not to use torch\.ops\.aten\.silu_backward")
+
+wrong_answer("check_smoothed_ce_backward", "method", "torch's log-softmax derivative kernel, "
+             "torch.ops.aten._log_softmax_backward_data, fed -q/N", """
+def smoothed_ce_backward(z, targets, smoothing):
+    N, V = z.shape
+    Z = torch.tensor(z)
+    q = torch.full_like(Z, smoothing / V)
+    q[torch.arange(N), torch.tensor(targets)] += 1 - smoothing
+    out = torch.log_softmax(Z, -1)
+    return torch.ops.aten._log_softmax_backward_data(-q / N, out, -1, torch.float64).numpy()
+""", call="smoothed_ce_backward", message=r"not to use torch\.ops\.aten\._log_softmax_backward_data")
+
+wrong_answer("check_rmsnorm_backward", "method", "torch's RMSNorm derivative kernel, "
+             "torch.ops.aten._fused_rms_norm_backward", """
+def rmsnorm_backward(x, gamma, dy, eps=1e-6):
+    X, Gm, DY = (torch.tensor(t) for t in (x, gamma, dy))
+    r = torch.rsqrt((X * X).mean(-1, keepdim=True) + eps)
+    out = torch.ops.aten._fused_rms_norm_backward(DY, X, [X.shape[-1]], r, Gm, [True, True])
+    return out[0].numpy(), out[1].numpy()
+""", call="rmsnorm_backward", message=r"not to use torch\.ops\.aten\._fused_rms_norm_backward")
+
+wrong_answer("check_alibi_slope_grad", "method", "torch's softmax derivative kernel for dS, "
+             "torch.ops.aten._softmax_backward_data", """
+def alibi_slope_grad(q, k, v, dout, slope):
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    dist = (i[:, None] - i[None, :]).astype(float)
+    s = np.where(dist >= 0, q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - slope * dist, -np.inf)
+    p = torch.softmax(torch.tensor(s), -1)
+    dp = torch.tensor(dout @ np.swapaxes(v, -1, -2))
+    ds = torch.ops.aten._softmax_backward_data(dp, p, -1, torch.float64).numpy()
+    return float((ds * -dist).sum())
+""", call="alibi_slope_grad", message=r"not to use torch\.ops\.aten\._softmax_backward_data")
+
+wrong_answer("check_alibi_slope_grad", "method", "central differences extrapolated (Richardson, 6 levels) on "
+             "values centred over the keys: 1e-13 on every case, the large offset removed", """
+def _loss(q, k, v, dout, m):
+    T, D = q.shape[-2], q.shape[-1]
+    i = np.arange(T)
+    dist = (i[:, None] - i[None, :]).astype(float)
+    s = np.where(dist >= 0, q @ np.swapaxes(k, -1, -2) / np.sqrt(D) - m * dist, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return float(((p @ v) * dout).sum())
+
+def alibi_slope_grad(q, k, v, dout, slope):
+    v = v - v.mean(axis=-2, keepdims=True)  # out = P v: a shift shared by the keys only adds a constant
+    def central(h):
+        return (_loss(q, k, v, dout, slope + h) - _loss(q, k, v, dout, slope - h)) / (2 * h)
+    table = [[central(0.05 / 2 ** i)] for i in range(6)]
+    for i in range(6):
+        for j in range(1, i + 1):
+            table[i].append(table[i][j - 1] + (table[i][j - 1] - table[i - 1][j - 1]) / (4 ** j - 1))
+    return table[5][5]
+""", call="alibi_slope_grad", message=r"shifted the slope")
