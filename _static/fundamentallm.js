@@ -136,7 +136,23 @@
     } catch (e) { /* no storage: the theme cycles as it does */ }
   }, true);
 
+  // A keyboard user reaches the next page in two Tab stops: a second skip link, beside the
+  // theme's "Skip to main content" (shown only when focused), goes where the page's "next" link
+  // at the bottom goes -- past the 120-180 links, copy buttons and code boxes of a chapter.
+  function addSkipToNext() {
+    const next = document.querySelector(".prev-next-area a.right-next");
+    const skip = document.getElementById("pst-skip-link");
+    if (!next || !skip || skip.querySelector(".fl-skip-next")) return;
+    const title = next.querySelector(".prev-next-title");
+    const link = document.createElement("a");
+    link.className = "fl-skip-next";
+    link.href = next.getAttribute("href");
+    link.textContent = "Skip to the next page" + (title ? ": " + title.textContent.trim() : "");
+    skip.appendChild(link);
+  }
+
   onReady(() => {
+    addSkipToNext();
     document.querySelectorAll(".primary-toggle").forEach((b) => {
       if (!b.hasAttribute("aria-label")) b.setAttribute("aria-label", "Site navigation");
       b.setAttribute("aria-expanded", String(window.matchMedia(WIDE).matches));
