@@ -250,6 +250,23 @@ def describe_figure(fig) -> str:
     return " ".join(head + body + extra)
 
 
+_RAW_TEX = re.compile(r"\\[A-Za-z]+|\$|[_^]\{|[{}]")
+_REPEATED = re.compile(r"\b([A-Za-z]{2,}(?:\W+[A-Za-z]{2,})?)\W+\1\b", re.I)
+
+
+def alt_text_problems(alt: str, limit: int = MAX_ALT + 10) -> list[str]:
+    """What is wrong with an alt text: raw TeX, a word or two repeated back to back ("rows (rows)",
+    "(log scale) (log scale)"), or more than ``limit`` characters. [] when nothing is."""
+    problems = []
+    if _RAW_TEX.search(alt):
+        problems.append(f"raw TeX {_RAW_TEX.search(alt).group(0)!r}")
+    if _REPEATED.search(alt):
+        problems.append(f"repeated {_REPEATED.search(alt).group(0)!r}")
+    if len(alt) > limit:
+        problems.append(f"{len(alt)} characters")
+    return problems
+
+
 # ---------------------------------------------------------------------------------------------
 # The description inside the PNG (an iTXt chunk: UTF-8 text)
 

@@ -65,8 +65,9 @@ def attention_explorer(sentence: str = "the cat sat on the mat because the cat w
     return Explorer({"sentence": text(sentence, frames=[sentence, "to be or not to be"]),
                      "queries_and_keys": choice(["Q = K = X", "random W_q, W_k"]),
                      "mask": choice(["causal", "none"])}, draw,
-                    alt="Attention weights of the typed sentence: queries down, keys across, "
-                        "brighter is more weight",
+                    alt="With a causal mask each word attends only to itself and earlier words (the upper "
+                        "triangle is empty); with Q = K = X a word weighs itself and its repeats most. "
+                        "Heatmap: queries down, keys across, brighter is more weight",
                     title="Attention of your own sentence")
 
 
@@ -103,9 +104,9 @@ def rope_explorer(head_dim: int = 32, max_position: int = 255) -> Explorer:
     return Explorer({"m": slider(0, max_position, 1, 40, frames=[0, 40, 128]),
                      "n": slider(0, max_position, 1, 30, frames=[30, 100, 190]),
                      "base": choice([10000, 500000, 100], frames=[10000, 100])}, draw,
-                    alt="Left: the angle each RoPE channel pair turns between query position m "
-                        "and key position n. Right: the score of a fixed query and key against "
-                        "the offset n − m, a dot at the chosen pair",
+                    alt="The score depends only on the offset n − m: move m and n together and the dot "
+                        "stays put; a smaller base turns every pair faster. Left: the angle per channel "
+                        "pair; right: the score against the offset",
                     title="RoPE for any pair of positions")
 
 
@@ -143,8 +144,9 @@ def norm_explorer(channels: int = 16, seed: int = 3) -> Explorer:
     return Explorer({"norm": choice(["LayerNorm", "RMSNorm"]),
                      "offset": slider(-6.0, 6.0, 0.5, 0.0, frames=[-3.0, 0.0, 5.0]),
                      "scale": slider(0.1, 10.0, 0.1, 1.0, frames=[0.3, 1.0, 8.0])}, draw,
-                    alt="Mean, standard deviation and root mean square of five tokens, before "
-                        "and after the norm; token 0 shifted and scaled by the controls",
+                    alt="After the norm token 0 looks like the others whatever its shift and scale "
+                        "(LayerNorm: mean 0, standard deviation 1; RMSNorm: RMS 1). Bars: mean, standard "
+                        "deviation and RMS of five tokens, before and after",
                     title="Norm statistics per token")
 
 
@@ -182,8 +184,9 @@ def depth_explorer(make_model: Callable[[int, str], Any], inputs: torch.Tensor, 
     return Explorer({"depth": slider(1, max_depth, 1, start,
                                      frames=sorted({d for d in (1, 2, 6, 12) if d <= max_depth} | {start})),
                      "show": choice(["both", "pre", "post"], frames=["both"])}, draw,
-                    alt="Gradient norm of each block at initialisation, pre-LN and post-LN bars "
-                        "side by side, for the chosen depth",
+                    alt="How the gradient norm changes from the first block to the last, pre-LN against "
+                        "post-LN (the legend gives each last/first ratio). Bars: gradient norm per block "
+                        "at initialisation, log scale, for the chosen depth",
                     title="Gradient norms against depth")
 
 
@@ -234,7 +237,9 @@ def logits_explorer(model, tokenizer, prompt: str = "Return the ", top: int = 20
     return Explorer({"prompt": text(prompt, frames=[prompt, "def ", "import "]),
                      "after_block": slider(0, L, 1, L, frames=sorted({0, L // 2, L} if L > 4 else range(L + 1))),
                      "show": choice(["probability", "logit"], frames=["probability"])}, draw,
-                    alt="Bar chart of the most likely next tokens after the prompt",
+                    alt="Read after block 0 (the embedding alone) the model can only guess from the last "
+                        "character; after the last block it uses the whole prompt. Bar chart of the most "
+                        "likely next tokens",
                     title="The model's next token for your prompt")
 
 

@@ -61,7 +61,9 @@ def tokenizer_explorer(bpe, sentence: str = "The tokenizer splits this sentence 
     n = len(merges)
     return Explorer({"sentence": text(sentence, frames=[sentence, "def encode(self, text):", "unbelievable"]),
                      "merges_used": slider(0, n, 1, n, frames=sorted({0, min(16, n), min(64, n), n}))}, draw,
-                    alt="The typed text cut into tokens, one coloured box per token",
+                    alt="With 0 merges every byte is a token; each merge glues a frequent pair, so the "
+                        "count of tokens falls as merges are added. The typed text as coloured boxes, one "
+                        "per token",
                     title="Tokens of your own text")
 
 
@@ -134,8 +136,9 @@ def training_explorer(make_model: Callable[[], Any], train_ids: torch.Tensor, bl
     explorer = Explorer({"schedule": choice(["cosine", "inverse_sqrt", "constant"]),
                      "warmup_steps": slider(0, max_steps, 10, 20, frames=[20]),
                      "lr": choice([1e-3, 3e-3, 1e-2], value=3e-3, frames=[3e-3])}, draw,
-                    alt="Left: the learning rate against the step. Right: the training loss of "
-                        "the run so far",
+                    alt="Warm-up ramps the learning rate up before cosine or inverse-sqrt decays it, and "
+                        "the loss falls over the run. Left: learning rate against step; right: the "
+                        "training loss so far",
                     title="A schedule and a run you can continue",
                     actions={f"train {chunk} more steps": train_more, "start over": start_over},
                     draw_frame=book_frame)
@@ -191,8 +194,9 @@ def sampling_explorer(model, tokenizer, prompt: str = "Return the ", top: int = 
                      "temperature": slider(0.0, 2.0, 0.05, 1.0, frames=[0.5, 1.0, 1.5]),
                      "top_k": slider(0, V, 1, 0, frames=[0, 5, 20]),
                      "top_p": slider(0.0, 1.0, 0.05, 1.0, frames=[0.6, 0.9, 1.0])}, draw,
-                    alt="Bar chart of the twenty most likely next tokens: grey bars before the "
-                        "filters, coloured bars after them; below, one sampled continuation",
+                    alt="Temperature sharpens (below 1) or flattens (above 1) the distribution; top-k and "
+                        "top-p drop its tail (the title counts the tokens kept). Grey bars: the model; "
+                        "coloured: what survives; below, one sample",
                     title="Sample from your own prompt")
 
 
@@ -243,7 +247,7 @@ def cache_explorer(num_layers: int = 32, head_dim: int = 128, bytes_per_value: i
                      "kv_heads": choice([1, 2, 4, 8, 16, 32], value=8, frames=[1, 4, 8, 32]),
                      "window": slider(0, 32768, 1024, 0, frames=[0, 1024, 4096]),
                      "context": slider(1024, 131072, 1024, 8192, frames=[8192])}, draw,
-                    alt="Left: the positions each query may attend to. Middle: the key/value head "
-                        "each query head reads. Right: the KV cache's size against the sequence "
-                        "length",
+                    alt="Fewer key/value heads and a sliding window shrink the KV cache below the full "
+                        "multi-head one. Left: where each query may look; middle: the KV head each query "
+                        "head reads; right: cache size against context",
                     title="Grouped-query and sliding-window attention: masks and cache")

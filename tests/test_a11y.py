@@ -14,7 +14,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from fundamentallm.a11y import describe_figure, png_description, png_with_description, set_alt_text  # noqa: E402
+from fundamentallm.a11y import (  # noqa: E402
+    alt_text_problems,
+    describe_figure,
+    png_description,
+    png_with_description,
+    set_alt_text,
+)
 from fundamentallm.viz import plot_attention_heads  # noqa: E402
 
 
@@ -110,7 +116,6 @@ def test_every_plot_a_notebook_shows_carries_its_description(tmp_path):
 def test_diagram_text_is_large_enough_for_a_laptop():
     """Every diagram's font sizes are at least 12 in a viewBox at most 900 wide: shown full-width
     (about 935 px at 1280 px), its text is at least 12 px (tests/test_browser.py measures it)."""
-    import re
     from pathlib import Path
 
     images = sorted((Path(__file__).resolve().parents[1] / "book" / "images").glob("*.svg"))
@@ -126,7 +131,6 @@ def test_diagram_text_is_large_enough_for_a_laptop():
 def test_quiz_options_show_no_raw_markdown():
     """A quiz option is the summary of a <details> block: raw HTML, where Markdown is not rendered,
     so code in it is written <code>...</code> (a backtick would show as a backtick)."""
-    import re
     from pathlib import Path
 
     import nbformat
@@ -155,23 +159,6 @@ def test_descriptions_do_not_repeat_themselves():
     plt.close(fig)
     assert "(log scale) (log scale)" not in text and "rows (rows)" not in text, text
     assert "2^" not in text and "batch size goes from 0.5 to 4" in text, text
-
-
-RAW_TEX = re.compile(r"\\[A-Za-z]+|\$|[_^]\{|[{}]")
-REPEATED = re.compile(r"\b([A-Za-z]{2,}(?:\W+[A-Za-z]{2,})?)\W+\1\b", re.I)
-
-
-def alt_text_problems(alt: str) -> list[str]:
-    """What is wrong with an alt text: raw TeX, a word or two repeated back to back ("rows (rows)",
-    "(log scale) (log scale)"), or more than about 250 characters (shared with the browser test)."""
-    problems = []
-    if RAW_TEX.search(alt):
-        problems.append(f"raw TeX {RAW_TEX.search(alt).group(0)!r}")
-    if REPEATED.search(alt):
-        problems.append(f"repeated {REPEATED.search(alt).group(0)!r}")
-    if len(alt) > 260:
-        problems.append(f"{len(alt)} characters")
-    return problems
 
 
 def test_descriptions_state_the_finding_first_without_tex_repeats_or_length():

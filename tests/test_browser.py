@@ -32,6 +32,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
+from fundamentallm.a11y import alt_text_problems
+
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 CHROMIUM = Path(os.environ.get("FUNDAMENTALLM_CHROMIUM", "/usr/bin/chromium"))
@@ -248,6 +250,8 @@ def test_chapter_page(site, open_page, entry):
             problems.append(f"image {src} has alt text {alt!r}, which does not say what it shows")
         elif plot and "no description was recorded" in alt:
             problems.append(f"plot {src} has no description in its PNG: {alt!r}")
+        elif plot and alt_text_problems(alt.split(" (shown: ")[0]):  # an explorer adds what is shown
+            problems.append(f"plot {src}: alt text {alt!r}: {alt_text_problems(alt.split(' (shown: ')[0])}")
     # Diagrams: their text is at least 12 px on the page at laptop width.
     small = page.evaluate("""async () => {
         const out = [];
