@@ -367,8 +367,10 @@ def test_chapter_page(site, open_page, entry):
 @pytest.mark.parametrize("entry", CHAPTERS, ids=[Path(e).name for e in CHAPTERS])
 def test_chapter_fits_a_phone(site, browser, entry):
     """At a phone's width (390 px) the page does not scroll sideways: wide code, outputs, tables
-    and figures shrink or scroll inside their own box."""
-    context = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
+    and figures shrink or scroll inside their own box. An interactive figure fits the column (no
+    sideways scrolling inside it either), and no "Enlarge" button covers its plot."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block",
+                                  has_touch=True)
     try:
         page = context.new_page()
         page.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).hostname == "127.0.0.1"
@@ -402,6 +404,14 @@ def test_chapter_fits_a_phone(site, browser, entry):
             page.screenshot(path=str(out / f"{Path(entry).name}-390px.png"), full_page=True)
         assert scroll_width <= width + 1 and not culprits, \
             f"{entry}.html is {scroll_width} px wide on a {width} px phone: {culprits}"
+        explorers = page.eval_on_selector_all("article .fl-explorer", """els => els.filter(e =>
+            e.scrollWidth > e.clientWidth + 1).map(e => e.querySelector('.fl-title')?.textContent)""")
+        assert not explorers, f"{entry}.html: interactive figures scroll sideways at 390 px: {explorers}"
+        covered = page.eval_on_selector_all("article .fl-enlarge", """els => els.filter(b => {
+            const i = b.parentElement.querySelector('img').getBoundingClientRect(), r = b.getBoundingClientRect();
+            return r.width > 0 && r.left < i.right && r.right > i.left && r.top < i.bottom && r.bottom > i.top;
+        }).length""")
+        assert covered == 0, f"{entry}.html: {covered} Enlarge buttons cover their plot at 390 px"
     finally:
         context.close()
 
