@@ -76,6 +76,7 @@ class FrameExplorer:
     def __init__(self, controls: dict[str, list], frames: dict[str, str], initial: tuple[int, ...],
                  alt: str, title: str | None = None, note: str | None = None, density: float = 1):
         self.controls, self.frames, self.initial, self.density = controls, frames, initial, density
+        self.lists: set[str] = set()  # controls shown as a list even when their values are numbers
         self.alt, self.title, self.note = alt, title, note
         digest = hashlib.sha1(json.dumps([list(controls), sorted(frames.items()), alt],
                                          default=str).encode()).hexdigest()[:10]
@@ -96,7 +97,7 @@ class FrameExplorer:
         if len(values) == 1:  # nothing to choose in the book: say the value, not a control that cannot move
             return (f'<span class="fl-fixed">{label}: <strong>{html.escape(str(values[0]))}</strong> '
                     f'<small>(other values in the live explorer)</small></span>')
-        if _is_slider(values):
+        if _is_slider(values) and name not in self.lists:
             shown = html.escape(str(values[start]))
             return (f'<label>{label} <input type="range" min="0" max="{len(values) - 1}" step="1" '
                     f'value="{start}" data-position="{position}" aria-label="{label}" '
@@ -343,6 +344,8 @@ class Explorer:
                 alt=self.alt, initial={name: c.value for name, c in self.controls.items()},
                 title=self.title, dpi=self.dpi * DENSITY,
                 note=BOOK_NOTE)
+            # a choice among numbers (RoPE's base, a head count) is a list, as in the live face
+            self._static.lists = {name for name, c in self.controls.items() if c.kind != "slider"}
         return self._static
 
     # the live face

@@ -296,3 +296,5 @@ def test_the_books_controls_all_move_and_sliders_have_stops(make):
                 assert len(values) >= 3 or len(values) == len(range(int(explorer.controls[control].low),
                                                                        int(explorer.controls[control].high) + 1)), \
                     f"{name}: slider {control} has {len(values)} stops in the book"
+            elif explorer.controls[control].kind == "choice":
+                assert f'<select data-position="{list(explorer.controls).index(control)}"' in page, (name, control)
