@@ -270,7 +270,13 @@
     big.alt = img.alt;
     // At least as wide as the screen; a diagram (SVG) at least 1.5 times its width on the page.
     const svg = /\.svg($|\?)/.test(big.src);
-    const width = Math.max(img.naturalWidth || 0, svg ? img.clientWidth * 1.5 : 0, 320);
+    // An interactive figure's frame has twice the pixels of its width on the page: on a phone it
+    // opens at up to 2.5 screens wide, elsewhere at up to the screen's width.
+    const shown = +img.getAttribute("width") || 0;
+    const natural = shown && img.naturalWidth > 1.5 * shown
+      ? Math.max(shown, Math.min(img.naturalWidth, window.innerWidth < 600 ? 2.5 * window.innerWidth : window.innerWidth - 24))
+      : img.naturalWidth || 0;
+    const width = Math.max(natural, svg ? img.clientWidth * 1.5 : 0, 320);
     big.style.width = Math.round(width) + "px";
     dialog.addEventListener("close", () => opener.focus(), { once: true });
     dialog.showModal();
