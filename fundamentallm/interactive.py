@@ -13,8 +13,10 @@ infinite choice of a widget for a grid of precomputed frames::
     explorer  # last expression of the cell: displayed
 
 A control whose values are all numbers is a slider (``<input type=range>``); any other is a
-drop-down list (``<select>``). Frames are PNG images embedded as base64 data URIs, so keep the
-grid small: the page carries every frame (``explorer.nbytes`` says how much).
+drop-down list (``<select>``); a control with one value is written as text. Frames are PNG
+images embedded as base64 data URIs, drawn at :data:`DENSITY` times the pixels they are shown at
+(sharp on phones and high-density screens), so keep the grid small: the page carries every frame
+(``explorer.nbytes`` says how much).
 
 :class:`Explorer` gives one explorer two faces. In a live kernel (Jupyter, JupyterLab, VS Code,
 Colab) it is core ipywidgets -- sliders, drop-downs, text boxes, buttons -- that call ``draw``
