@@ -239,7 +239,7 @@ def describe_figure(fig) -> str:
     if not many:
         title, _, short, details = described[0]
         first = f"{title}: {short}" if title and short else title or short
-        body = _fit([first[:1].upper() + first[1:]] + details, budget)
+        body = [first[:1].upper() + first[1:]] + _fit(details, budget - len(first) - 2)
         return " ".join(head + ["; ".join(body) + "."])
     shown = described[:MAX_PANELS]
     intro = f"{len(described)} panels."
