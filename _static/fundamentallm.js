@@ -136,7 +136,23 @@
     } catch (e) { /* no storage: the theme cycles as it does */ }
   }, true);
 
+  // A keyboard user reaches the next page in two Tab stops: a second skip link, beside the
+  // theme's "Skip to main content" (shown only when focused), goes where the page's "next" link
+  // at the bottom goes -- past the 120-180 links, copy buttons and code boxes of a chapter.
+  function addSkipToNext() {
+    const next = document.querySelector(".prev-next-area a.right-next");
+    const skip = document.getElementById("pst-skip-link");
+    if (!next || !skip || skip.querySelector(".fl-skip-next")) return;
+    const title = next.querySelector(".prev-next-title");
+    const link = document.createElement("a");
+    link.className = "fl-skip-next";
+    link.href = next.getAttribute("href");
+    link.textContent = "Skip to the next page" + (title ? ": " + title.textContent.trim() : "");
+    skip.appendChild(link);
+  }
+
   onReady(() => {
+    addSkipToNext();
     document.querySelectorAll(".primary-toggle").forEach((b) => {
       if (!b.hasAttribute("aria-label")) b.setAttribute("aria-label", "Site navigation");
       b.setAttribute("aria-expanded", String(window.matchMedia(WIDE).matches));
@@ -254,7 +270,13 @@
     big.alt = img.alt;
     // At least as wide as the screen; a diagram (SVG) at least 1.5 times its width on the page.
     const svg = /\.svg($|\?)/.test(big.src);
-    const width = Math.max(img.naturalWidth || 0, svg ? img.clientWidth * 1.5 : 0, 320);
+    // An interactive figure's frame has twice the pixels of its width on the page: on a phone it
+    // opens at up to 2.5 screens wide, elsewhere at up to the screen's width.
+    const shown = +img.getAttribute("width") || 0;
+    const natural = shown && img.naturalWidth > 1.5 * shown
+      ? Math.max(shown, Math.min(img.naturalWidth, window.innerWidth < 600 ? 2.5 * window.innerWidth : window.innerWidth - 24))
+      : img.naturalWidth || 0;
+    const width = Math.max(natural, svg ? img.clientWidth * 1.5 : 0, 320);
     big.style.width = Math.round(width) + "px";
     dialog.addEventListener("close", () => opener.focus(), { once: true });
     dialog.showModal();

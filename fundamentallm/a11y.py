@@ -26,9 +26,12 @@ import sys
 import zlib
 from typing import Any, Optional
 
+from .alt_findings import panel_finding
+
 KEYWORD = "Description"
 MAX_PANELS = 6  # panels described one by one; the rest are counted
 MAX_LABELS = 12  # category labels (tokens, names) listed per axis
+MAX_ALT = 250  # characters of alt text: the finding and the axes, then details as far as they fit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,13 +67,22 @@ def _range(ax, which: str) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+# TeX commands a plot label uses, as the character a reader sees (others lose their backslash).
+_SYMBOLS = {"cdot": "·", "times": "×", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "approx": "≈",
+            "to": "→", "rightarrow": "→", "infty": "∞", "pm": "±", "ell": "ℓ", "alpha": "α", "beta": "β",
+            "gamma": "γ", "theta": "θ", "lambda": "λ", "mu": "μ", "sigma": "σ", "tau": "τ", "eta": "η",
+            "epsilon": "ε", "varepsilon": "ε", "Delta": "Δ", "nabla": "∇", "log": "log", "exp": "exp",
+            "quad": " ", ",": " ", "left": "", "right": ""}
+
+
 def _clean(text: str) -> str:
     """Matplotlib mathtext ($\\alpha$, $\\times$) to readable text, whitespace collapsed."""
     text = re.sub(r"\$([^$]*)\$", lambda m: re.sub(r"\\(mathrm|mathdefault|text|mathbf|mathit)\{([^}]*)\}", r"\2",
                                                     m.group(1)), text)
     text = re.sub(r"\\sqrt\{([^}]*)\}", r"sqrt(\1)", text)
     text = re.sub(r"\\frac\{([^}]*)\}\{([^}]*)\}", r"(\1)/(\2)", text)
-    text = re.sub(r"\\([A-Za-z]+)", r"\1", text).replace("{", "").replace("}", "")
+    text = re.sub(r"\\([A-Za-z]+)", lambda m: _SYMBOLS.get(m.group(1), m.group(1)), text)
+    text = text.replace("{", "").replace("}", "").replace("\\", "")
     return " ".join(text.split())
 
 
@@ -100,11 +112,14 @@ def _axis_phrase(ax, which: str) -> str:
     return label
 
 
-def _describe_axes(ax, colorbars: dict) -> str:
+def _describe_axes(ax, colorbars: dict) -> tuple[str, str, list[str]]:
+    """A panel as (finding, kind and axes, details): what its data show (alt_findings), what is
+    plotted against what, and the rest (categories, ranges, legend, colour scale, notes) in the
+    order they are dropped from the end when the alt text runs long."""
     from matplotlib.collections import PathCollection, PolyCollection
     from matplotlib.container import BarContainer
 
-    parts = []
+    details = []
     lines = [ln for ln in ax.get_lines() if ln.get_visible() and len(ln.get_xdata()) > 1]
     bars = [c for c in ax.containers if isinstance(c, BarContainer)]
     scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
@@ -123,60 +138,77 @@ def _describe_axes(ax, colorbars: dict) -> str:
         kinds.append("filled plot")
     if not kinds:
         texts = [_clean(t.get_text()) for t in ax.texts if t.get_text().strip()]
-        if texts:
-            return "text: " + _list(texts, 8)
-        return ""
+        return ("", "text: " + _list(texts, 8), []) if texts else ("", "", [])
     x, y = _axis_phrase(ax, "x"), _axis_phrase(ax, "y")
+    xcats, ycats = _tick_labels(ax.xaxis), _tick_labels(ax.yaxis)
+    finding = panel_finding(ax, x, y, xcats, ycats)
     kind = " and ".join(kinds)
     if ax.images:
         rows = f"{y} (rows)" if y and y.lower() != "rows" else "rows"
         columns = f"{x} (columns)" if x and x.lower() != "columns" else "columns"
-        parts.append(f"{kind}" + (f", {rows} by {columns}" if x or y else ""))
+        short = kind + (f", {rows} by {columns}" if x or y else "")
     else:
-        parts.append(f"{kind} of {y or 'values'}" + (f" against {x}" if x else ""))
+        short = f"{kind} of {y or 'values'}" + (f" against {x}" if x else "")
     if ax.images:
         x, y = x or "columns", y or "rows"
     x = x or ("x" if ax.get_xscale() != "log" else "x (log scale)")
     y = y or ("y" if ax.get_yscale() != "log" else "y (log scale)")
-    xcats, ycats = _tick_labels(ax.xaxis), _tick_labels(ax.yaxis)
     if xcats and xcats == ycats:
-        parts.append(f"{y} and {x}: {_list(xcats)}")
+        details.append(f"{y} and {x}: {_list(xcats)}")
     else:
         if xcats:
-            parts.append(f"{x}: {_list(xcats)}")
+            details.append(f"{x}: {_list(xcats)}")
         if ycats:
-            parts.append(f"{y}: {_list(ycats)}")
-    if not ax.images:
-        if not xcats:
-            lo, hi = _range(ax, "x")
-            parts.append(f"{x} from {_num(lo)} to {_num(hi)}")
-        if not ycats:
-            lo, hi = _range(ax, "y")
-            parts.append(f"{y} from {_num(lo)} to {_num(hi)}")
+            details.append(f"{y}: {_list(ycats)}")
     legend = ax.get_legend()
     if legend is not None:
         names = [_clean(t.get_text()) for t in legend.get_texts() if t.get_text().strip()]
         if names:
-            parts.append("legend: " + _list(names, 8))
+            details.append("legend: " + _list(names, 8))
     for image in ax.images:
         bar = colorbars.get(id(image))
         if bar is not None:
             lo, hi = bar.mappable.get_clim()
             label = _clean(bar.ax.get_ylabel() or bar.ax.get_xlabel())
-            parts.append(f"colour scale{' ' + label if label else ''} from {_num(lo)} to {_num(hi)}")
+            details.append(f"colour scale{' ' + label if label else ''} from {_num(lo)} to {_num(hi)}")
             break
+    if not ax.images:
+        if not xcats:
+            lo, hi = _range(ax, "x")
+            details.append(f"{x} from {_num(lo)} to {_num(hi)}")
+        if not ycats:
+            lo, hi = _range(ax, "y")
+            details.append(f"{y} from {_num(lo)} to {_num(hi)}")
     notes = [_clean(t.get_text()) for t in ax.texts if t.get_text().strip()]
     if notes and len(notes) <= 6:
-        parts.append("notes: " + "; ".join(notes))
+        details.append("notes: " + "; ".join(notes))
     elif notes and ax.images:
-        parts.append("each cell labelled with its value")
-    return "; ".join(parts)
+        details.append("each cell labelled with its value")
+    return finding, short, details
+
+
+def _sentence(text: str) -> str:
+    text = text.strip().rstrip(".;,")
+    return text[:1].upper() + text[1:] + "." if text else ""
+
+
+def _fit(pieces: list[str], budget: int) -> list[str]:
+    """The pieces, in order, that fit in ``budget`` characters (a piece that does not fit is left
+    out; a shorter one after it may still fit)."""
+    kept, used = [], 0
+    for piece in pieces:
+        if piece and used + len(piece) + 1 <= budget:
+            kept.append(piece)
+            used += len(piece) + 1
+    return kept
 
 
 def describe_figure(fig) -> str:
-    """A text description of a matplotlib figure, for alt text: the hand-written one
-    (:func:`set_alt_text`) if any, then the figure's title and each panel's kind, title, axes,
-    ranges, legend and colour scale."""
+    """A text description of a matplotlib figure, for alt text, in at most about :data:`MAX_ALT`
+    characters: first what it shows -- the hand-written description (:func:`set_alt_text`) if
+    any, else each panel's finding read from its data (a trend, a crossing, the largest bar or
+    cell: :mod:`fundamentallm.alt_findings`) -- then the figure's title and each panel's kind and
+    axes, then, as far as they fit, categories, legend, ranges and colour scale."""
     colorbars = {}
     panels = []
     for ax in fig.axes:
@@ -187,29 +219,52 @@ def describe_figure(fig) -> str:
             panels.append(ax)
     described = []
     for ax in panels:
-        text = _describe_axes(ax, colorbars)
-        if not text and not ax.get_title():
-            continue
+        finding, short, details = _describe_axes(ax, colorbars)
         title = _clean(ax.get_title() or ax.get_title("left") or ax.get_title("right"))
-        described.append(f"{title}: {text}" if title and text else title or text)
-    head = []
+        if not short and not title:
+            continue
+        described.append((title, finding, short, details))
     manual = getattr(fig, "_fl_alt_text", None)
-    if manual:
-        head.append(manual.rstrip(".") + ".")
+    head = [_sentence(manual)] if manual else []
+    many = len(described) > 1
+    if not manual:
+        findings = [(f"{t}: {f}" if many and t else f) for t, f, _, _ in described[:MAX_PANELS] if f]
+        head = _fit([_sentence(f) for f in findings], MAX_ALT // 2) if findings else []
     suptitle = getattr(fig, "_suptitle", None)
     if suptitle is not None and suptitle.get_text().strip():
         head.append(f"Figure titled “{_clean(suptitle.get_text())}”.")
     if not described:
         return " ".join(head) or "A figure with no plotted data."
-    if len(described) == 1:
-        body = described[0][0].upper() + described[0][1:] + "."
-    else:
-        shown = described[:MAX_PANELS]
-        body = f"{len(described)} panels. " + " ".join(
-            f"Panel {i + 1}, {d}." for i, d in enumerate(shown))
-        if len(described) > MAX_PANELS:
-            body += f" And {len(described) - MAX_PANELS} more panels like these."
-    return " ".join(head + [body])
+    budget = max(MAX_ALT - len(" ".join(head)) - 1, 60)
+    if not many:
+        title, _, short, details = described[0]
+        first = f"{title}: {short}" if title and short else title or short
+        body = [first[:1].upper() + first[1:]] + _fit(details, budget - len(first) - 2)
+        return " ".join(head + ["; ".join(body) + "."])
+    shown = described[:MAX_PANELS]
+    intro = f"{len(described)} panels."
+    shorts = [f"Panel {i + 1}, " + (f"{t}: {s}" if t and s else t or s) + "." for i, (t, _, s, _) in enumerate(shown)]
+    body = _fit([intro] + shorts, budget)
+    rest = budget - len(" ".join(body))
+    extra = _fit([f"Panel {i + 1}: " + "; ".join(d[:2]) + "." for i, (_, _, _, d) in enumerate(shown) if d], rest)
+    return " ".join(head + body + extra)
+
+
+_RAW_TEX = re.compile(r"\\[A-Za-z]+|\$|[_^]\{|[{}]")
+_REPEATED = re.compile(r"\b([A-Za-z]{2,}(?:\W+[A-Za-z]{2,})?)\W+\1\b", re.I)
+
+
+def alt_text_problems(alt: str, limit: int = MAX_ALT + 10) -> list[str]:
+    """What is wrong with an alt text: raw TeX, a word or two repeated back to back ("rows (rows)",
+    "(log scale) (log scale)"), or more than ``limit`` characters. [] when nothing is."""
+    problems = []
+    if _RAW_TEX.search(alt):
+        problems.append(f"raw TeX {_RAW_TEX.search(alt).group(0)!r}")
+    if _REPEATED.search(alt):
+        problems.append(f"repeated {_REPEATED.search(alt).group(0)!r}")
+    if len(alt) > limit:
+        problems.append(f"{len(alt)} characters")
+    return problems
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@
 | 10 | :func:`sampling_explorer`: temperature, top-k and top-p on the distribution after a typed prompt |
 | 14 | :func:`cache_explorer`: grouped-query and sliding-window masks, and the KV cache they need |
 
-Bad input (an empty text box, characters outside the vocabulary, a temperature or top-p of 0)
+The explorers of chapters 8-14 are defined in :mod:`fundamentallm.explorers_training` and imported
+here. Bad input (an empty text box, characters outside the vocabulary, a temperature or top-p of 0)
 returns a short message, which the explorer shows in place of the figure.
 """
 
@@ -25,38 +26,8 @@ from typing import Any, Callable
 
 import torch
 
+from .explorer_input import MAX_CHARS, MAX_WORDS, _check_prompt, _label, _plt, unknown_characters
 from .interactive import Explorer, choice, slider, text
-
-MAX_WORDS = 24   # attention maps beyond this many words are unreadable
-MAX_CHARS = 120  # typed text longer than this is cut (tokens), or refused (prompts)
-
-
-def _plt():
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def unknown_characters(tokenizer, text_: str) -> list[str]:
-    """The distinct characters of ``text_`` that ``tokenizer`` cannot encode and decode back."""
-    return [c for c in dict.fromkeys(text_) if tokenizer.decode(tokenizer.encode(c)) != c]
-
-
-def _check_prompt(tokenizer, prompt: str, what: str = "prompt") -> str | None:
-    """A message if ``prompt`` cannot be fed to the model, else None."""
-    if not prompt:
-        return f"The {what} is empty: type a few characters."
-    if len(prompt) > MAX_CHARS:
-        return f"The {what} has {len(prompt)} characters: type at most {MAX_CHARS}."
-    bad = unknown_characters(tokenizer, prompt)
-    if bad:
-        return (f"The {what} has characters the tokenizer never saw: {' '.join(map(repr, bad))}. "
-                "Remove them or use characters of the training text.")
-    return None
-
-
-def _label(token: str) -> str:
-    return {" ": "␣", "\n": "\\n", "\t": "\\t"}.get(token, token)
-
 
 # --- chapter 2 ---------------------------------------------------------------------------------
 
@@ -94,8 +65,9 @@ def attention_explorer(sentence: str = "the cat sat on the mat because the cat w
     return Explorer({"sentence": text(sentence, frames=[sentence, "to be or not to be"]),
                      "queries_and_keys": choice(["Q = K = X", "random W_q, W_k"]),
                      "mask": choice(["causal", "none"])}, draw,
-                    alt="Attention weights of the typed sentence: queries down, keys across, "
-                        "brighter is more weight",
+                    alt="With a causal mask each word attends only to itself and earlier words (the upper "
+                        "triangle is empty); with Q = K = X a word weighs itself and its repeats most. "
+                        "Heatmap: queries down, keys across, brighter is more weight",
                     title="Attention of your own sentence")
 
 
@@ -129,12 +101,12 @@ def rope_explorer(head_dim: int = 32, max_position: int = 255) -> Explorer:
         fig.tight_layout()
         return fig
 
-    return Explorer({"m": slider(0, max_position, 1, 40, frames=[0, 40]),
-                     "n": slider(0, max_position, 1, 30, frames=[30, 190]),
+    return Explorer({"m": slider(0, max_position, 1, 40, frames=[0, 40, 128]),
+                     "n": slider(0, max_position, 1, 30, frames=[30, 100, 190]),
                      "base": choice([10000, 500000, 100], frames=[10000, 100])}, draw,
-                    alt="Left: the angle each RoPE channel pair turns between query position m "
-                        "and key position n. Right: the score of a fixed query and key against "
-                        "the offset n − m, a dot at the chosen pair",
+                    alt="The score depends only on the offset n − m: move m and n together and the dot "
+                        "stays put; a smaller base turns every pair faster. Left: the angle per channel "
+                        "pair; right: the score against the offset",
                     title="RoPE for any pair of positions")
 
 
@@ -170,10 +142,11 @@ def norm_explorer(channels: int = 16, seed: int = 3) -> Explorer:
         return fig
 
     return Explorer({"norm": choice(["LayerNorm", "RMSNorm"]),
-                     "offset": slider(-6.0, 6.0, 0.5, 0.0, frames=[0.0, 5.0]),
-                     "scale": slider(0.1, 10.0, 0.1, 1.0, frames=[1.0, 8.0])}, draw,
-                    alt="Mean, standard deviation and root mean square of five tokens, before "
-                        "and after the norm; token 0 shifted and scaled by the controls",
+                     "offset": slider(-6.0, 6.0, 0.5, 0.0, frames=[-3.0, 0.0, 5.0]),
+                     "scale": slider(0.1, 10.0, 0.1, 1.0, frames=[0.3, 1.0, 8.0])}, draw,
+                    alt="After the norm token 0 looks like the others whatever its shift and scale "
+                        "(LayerNorm: mean 0, standard deviation 1; RMSNorm: RMS 1). Bars: mean, standard "
+                        "deviation and RMS of five tokens, before and after",
                     title="Norm statistics per token")
 
 
@@ -209,10 +182,11 @@ def depth_explorer(make_model: Callable[[int, str], Any], inputs: torch.Tensor, 
 
     start = min(6, max_depth)
     return Explorer({"depth": slider(1, max_depth, 1, start,
-                                     frames=sorted({d for d in (2, 6, 12) if d <= max_depth} | {start})),
+                                     frames=sorted({d for d in (1, 2, 6, 12) if d <= max_depth} | {start})),
                      "show": choice(["both", "pre", "post"], frames=["both"])}, draw,
-                    alt="Gradient norm of each block at initialisation, pre-LN and post-LN bars "
-                        "side by side, for the chosen depth",
+                    alt="How the gradient norm changes from the first block to the last, pre-LN against "
+                        "post-LN (the legend gives each last/first ratio). Bars: gradient norm per block "
+                        "at initialisation, log scale, for the chosen depth",
                     title="Gradient norms against depth")
 
 
@@ -261,244 +235,22 @@ def logits_explorer(model, tokenizer, prompt: str = "Return the ", top: int = 20
         return fig
 
     return Explorer({"prompt": text(prompt, frames=[prompt, "def ", "import "]),
-                     "after_block": slider(0, L, 1, L, frames=sorted({0, L})),
+                     "after_block": slider(0, L, 1, L, frames=sorted({0, L // 2, L} if L > 4 else range(L + 1))),
                      "show": choice(["probability", "logit"], frames=["probability"])}, draw,
-                    alt="Bar chart of the most likely next tokens after the prompt",
+                    alt="Read after block 0 (the embedding alone) the model can only guess from the last "
+                        "character; after the last block it uses the whole prompt. Bar chart of the most "
+                        "likely next tokens",
                     title="The model's next token for your prompt")
 
 
-# --- chapter 8 ---------------------------------------------------------------------------------
+# chapters 8-14 live in their own module (training and generation); one import gives every explorer
+from .explorers_training import (  # noqa: E402
+    cache_explorer,
+    sampling_explorer,
+    tokenizer_explorer,
+    training_explorer,
+)
 
-def tokenizer_explorer(bpe, sentence: str = "The tokenizer splits this sentence into tokens.") -> Explorer:
-    """The tokens of typed text under the first ``merges`` merges of a trained
-    :class:`~fundamentallm.tokenizers.ByteBPETokenizer` (0: bytes), and the merges that fired."""
-    from matplotlib.patches import Rectangle
-
-    from .tokenizers import ByteBPETokenizer
-
-    merges = list(bpe.merges)  # in training order
-    prefixes: dict[int, ByteBPETokenizer] = {}
-
-    def draw(sentence, merges_used):
-        if not sentence:
-            return "The text is empty: type a few words."
-        if len(sentence) > MAX_CHARS:
-            return f"The text has {len(sentence)} characters: type at most {MAX_CHARS}."
-        tok = prefixes.get(merges_used)
-        if tok is None:
-            tok = prefixes[merges_used] = ByteBPETokenizer(merges[:merges_used], pattern=bpe.pattern)
-        ids = tok.encode(sentence)
-        pieces = [tok.token_bytes(i) for i in ids]
-        fired = sorted({i for i in ids if i >= 256})
-        fig, ax = _plt().subplots(figsize=(10, 1.7))
-        x, row, width = 0, 0, 48
-        for j, piece in enumerate(pieces):
-            shown = piece.decode("utf-8", "replace")
-            n = max(len(shown), 1)
-            if x + n > width:
-                x, row = 0, row + 1
-            ax.add_patch(Rectangle((x, -row), n, 0.9, alpha=0.35, facecolor=f"C{j % 10}", edgecolor="white"))
-            for c, ch in enumerate(shown):
-                ax.text(x + c + 0.5, -row + 0.45, "·" if ch == " " else ch, ha="center", va="center",
-                        family="monospace", fontsize=11)
-            x += n
-        ax.set_xlim(0, width)
-        ax.set_ylim(-row - 0.2, 1)
-        ax.axis("off")
-        fig.set_size_inches(10, 0.9 + 0.5 * (row + 1))
-        longest = sorted(fired, key=lambda i: -len(tok.token_bytes(i)))[:6]
-        learned = ", ".join(repr(tok.token_bytes(i).decode("utf-8", "replace")) for i in longest)
-        ax.set_title(f"{len(ids)} tokens for {len(sentence.encode())} bytes with the first {merges_used} "
-                     f"merges; longest learned tokens used: {learned or 'none'}", loc="left", fontsize=9)
-        fig.tight_layout()
-        return fig
-
-    n = len(merges)
-    return Explorer({"sentence": text(sentence, frames=[sentence, "def encode(self, text):", "unbelievable"]),
-                     "merges_used": slider(0, n, 1, n, frames=sorted({0, min(16, n), min(64, n), n}))}, draw,
-                    alt="The typed text cut into tokens, one coloured box per token",
-                    title="Tokens of your own text")
-
-
-# --- chapter 9 ---------------------------------------------------------------------------------
-
-def training_explorer(make_model: Callable[[], Any], train_ids: torch.Tensor, block_size: int,
-                      max_steps: int = 200, chunk: int = 20, book_steps: int = 40) -> Explorer:
-    """A learning-rate schedule and a live run that follows it: the button trains ``chunk`` more
-    steps of ``make_model()`` on ``train_ids``; changing a setting starts a new run. The book's
-    frames show ``book_steps`` steps of each setting."""
-    from .training import TrainConfig, Trainer, lr_at
-
-    state: dict[str, Any] = {}
-
-    def config(schedule, warmup_steps, lr):
-        return TrainConfig(lr=float(lr), min_lr=float(lr) / 10, warmup_steps=warmup_steps,
-                           max_steps=max_steps, schedule=schedule, batch_size=8, block_size=block_size,
-                           eval_interval=0, progress=False, seed=0)
-
-    def trainer_for(settings):
-        if state.get("settings") != settings:
-            state["settings"] = settings
-            state["trainer"] = Trainer(make_model(), train_ids, config=config(*settings))
-        return state["trainer"]
-
-    def draw(schedule, warmup_steps, lr):
-        if warmup_steps > max_steps:
-            return f"warmup_steps={warmup_steps} is longer than the run ({max_steps} steps)."
-        trainer = trainer_for((schedule, warmup_steps, lr))
-        c = trainer.config
-        fig, (a0, a1) = _plt().subplots(1, 2, figsize=(10, 3.2))
-        steps = range(max_steps + 1)
-        a0.plot(steps, [lr_at(s, c) for s in steps], lw=1.2)
-        a0.axvline(trainer.step, color="C3", ls=":", label=f"now: step {trainer.step}")
-        a0.set(xlabel="step", ylabel="learning rate", title=f"{schedule}, warmup {warmup_steps}")
-        a0.legend(fontsize=8)
-        h = trainer.history
-        if h["step"]:
-            a1.plot(h["step"], h["train_loss"], lw=1)
-            a1.set_title(f"training loss: {h['train_loss'][-1]:.3f} at step {h['step'][-1]}")
-        else:
-            a1.text(0.5, 0.5, f"press 'train {chunk} more steps'", ha="center", va="center",
-                    transform=a1.transAxes)
-            a1.set_title("training loss")
-        a1.set(xlabel="step", xlim=(0, max_steps))
-        for ax in (a0, a1):
-            ax.grid(alpha=0.3)
-        fig.tight_layout()
-        return fig
-
-    def train_more(explorer):
-        trainer = trainer_for(tuple(explorer.values[k] for k in ("schedule", "warmup_steps", "lr")))
-        if trainer.step >= max_steps:
-            return f"The run is complete ({max_steps} steps): change a setting to start another."
-        trainer.fit(steps=chunk)
-
-    def start_over(explorer):
-        state.clear()
-
-    def book_frame(schedule, warmup_steps, lr):  # a run of its own, the live run kept aside
-        live = dict(state)
-        state.clear()
-        try:
-            trainer_for((schedule, warmup_steps, lr)).fit(steps=book_steps)
-            return draw(schedule, warmup_steps, lr)
-        finally:
-            state.clear()
-            state.update(live)
-
-    explorer = Explorer({"schedule": choice(["cosine", "inverse_sqrt", "constant"]),
-                     "warmup_steps": slider(0, max_steps, 10, 20, frames=[20]),
-                     "lr": choice([1e-3, 3e-3, 1e-2], value=3e-3, frames=[3e-3])}, draw,
-                    alt="Left: the learning rate against the step. Right: the training loss of "
-                        "the run so far",
-                    title="A schedule and a run you can continue",
-                    actions={f"train {chunk} more steps": train_more, "start over": start_over},
-                    draw_frame=book_frame)
-    explorer.state = state  # the live run: state["trainer"]
-    return explorer
-
-
-# --- chapter 10 --------------------------------------------------------------------------------
-
-def sampling_explorer(model, tokenizer, prompt: str = "Return the ", top: int = 20,
-                      sample_tokens: int = 40) -> Explorer:
-    """The next-token distribution after a typed prompt, before (grey) and after (colour)
-    temperature, top-k and top-p, and one sampled continuation (seed 0) with those settings."""
-    from .generation import apply_temperature, generate, top_k_filter, top_p_filter
-    from .viz import plot_token_distribution
-
-    labels = [_label(tokenizer.decode([i])) or f"<{i}>" for i in range(tokenizer.vocab_size)]
-    V = tokenizer.vocab_size
-    device = next(model.parameters()).device
-
-    def draw(prompt, temperature, top_k, top_p):
-        problem = _check_prompt(tokenizer, prompt)
-        if problem:
-            return problem
-        if temperature <= 0:
-            return ("A temperature of 0 divides the logits by zero: it is greedy decoding (always "
-                    "the most likely token). Choose a temperature above 0 to sample.")
-        if top_p <= 0:
-            return "top-p = 0 keeps no token at all: choose p above 0 (1 keeps every token)."
-        ids = torch.tensor([tokenizer.encode(prompt)[-model.config.max_seq_len:]], device=device)
-        model.eval()
-        with torch.no_grad():
-            logits = model(ids)[0][0, -1].float().cpu()
-        filtered = apply_temperature(logits, temperature)
-        if top_k > 0:
-            filtered = top_k_filter(filtered, top_k)
-        if top_p < 1:
-            filtered = top_p_filter(filtered, top_p)
-        after = torch.softmax(filtered, -1)
-        room = model.config.max_seq_len - ids.shape[1]
-        out = generate(model, ids, min(sample_tokens, room), temperature=temperature,
-                       top_k=top_k or None, top_p=top_p if top_p < 1 else None,
-                       generator=torch.Generator(device=device).manual_seed(0))
-        sample = tokenizer.decode(out[0, ids.shape[1]:].tolist())
-        fig, ax = _plt().subplots(figsize=(9, 3.4))
-        plot_token_distribution(after, labels, reference=torch.softmax(logits, -1), top=top, ax=ax,
-                                title=f"after {prompt[-30:]!r}: {int((after > 0).sum())} of {V} tokens kept")
-        fig.text(0.01, 0.0, "a sample (seed 0): " + repr(sample)[:90], family="monospace", fontsize=8)
-        fig.tight_layout(rect=(0, 0.06, 1, 1))
-        return fig
-
-    return Explorer({"prompt": text(prompt),
-                     "temperature": slider(0.0, 2.0, 0.05, 1.0, frames=[0.5, 1.0, 1.5]),
-                     "top_k": slider(0, V, 1, 0, frames=[0, 5]),
-                     "top_p": slider(0.0, 1.0, 0.05, 1.0, frames=[1.0, 0.6])}, draw,
-                    alt="Bar chart of the twenty most likely next tokens: grey bars before the "
-                        "filters, coloured bars after them; below, one sampled continuation",
-                    title="Sample from your own prompt")
-
-
-# --- chapter 14 --------------------------------------------------------------------------------
-
-def cache_explorer(num_layers: int = 32, head_dim: int = 128, bytes_per_value: int = 2,
-                   shown_positions: int = 16) -> Explorer:
-    """Which key/value head each query head reads (grouped-query attention), where each query may
-    look (causal, or a sliding window), and the KV cache that needs, per sequence, for a model of
-    ``num_layers`` layers and ``head_dim`` channels per head (Llama 3 8B: 32 and 128, bf16)."""
-    from .attention import allowed_keys
-
-    def draw(query_heads, kv_heads, window, context):
-        if query_heads % kv_heads:
-            return (f"{query_heads} query heads cannot share {kv_heads} key/value heads evenly: "
-                    "choose a number of key/value heads that divides the query heads.")
-        w = window or None
-        per_row = context / shown_positions  # tokens one row (column) of the mask stands for
-        mask = allowed_keys(shown_positions, shown_positions, 0,
-                            window=None if w is None else max(1, math.ceil(w / per_row)))
-        fig, (a0, a1, a2) = _plt().subplots(1, 3, figsize=(11, 3.3),
-                                            gridspec_kw={"width_ratios": [1, 1.2, 1.4]})
-        a0.imshow(mask.float(), cmap="Blues", vmin=0, vmax=1)
-        a0.set(title="causal" if w is None else f"sliding window {w:,}",
-               xlabel=f"key position (1 cell = {per_row:,.0f} tokens)", ylabel="query position")
-        group = query_heads // kv_heads
-        a1.scatter(range(query_heads), [h // group for h in range(query_heads)],
-                   c=[h // group for h in range(query_heads)], cmap="tab10", s=18)
-        a1.set(title=f"{group} query heads per key/value head", xlabel="query head",
-               ylabel="key/value head it reads")
-        lengths = torch.linspace(1, context, 100)
-        per_token = 2 * num_layers * kv_heads * head_dim * bytes_per_value
-        full = 2 * num_layers * query_heads * head_dim * bytes_per_value * lengths
-        kept = lengths if w is None else lengths.clamp(max=w)
-        a2.plot(lengths, full / 2 ** 30, "--", color="gray", label=f"{query_heads} kv heads, causal")
-        a2.plot(lengths, per_token * kept / 2 ** 30, color="C3",
-                label=f"{kv_heads} kv heads" + ("" if w is None else f", window {w}"))
-        size = per_token * (context if w is None else min(context, w)) / 2 ** 30
-        a2.set(title=f"KV cache at {context:,} tokens: {size:.3g} GiB", xlabel="tokens in the sequence",
-               ylabel="GiB per sequence")
-        a2.legend(fontsize=7)
-        for ax in (a1, a2):
-            ax.grid(alpha=0.3)
-        fig.tight_layout()
-        return fig
-
-    return Explorer({"query_heads": choice([32, 16, 8], frames=[32]),
-                     "kv_heads": choice([1, 2, 4, 8, 16, 32], value=8, frames=[1, 8]),
-                     "window": slider(0, 32768, 1024, 0, frames=[0, 4096]),
-                     "context": slider(1024, 131072, 1024, 8192, frames=[8192])}, draw,
-                    alt="Left: the positions each query may attend to. Middle: the key/value head "
-                        "each query head reads. Right: the KV cache's size against the sequence "
-                        "length",
-                    title="Grouped-query and sliding-window attention: masks and cache")
+__all__ = ["MAX_CHARS", "MAX_WORDS", "attention_explorer", "block_grad_norms", "cache_explorer",
+           "depth_explorer", "logits_explorer", "norm_explorer", "rope_explorer", "sampling_explorer",
+           "tokenizer_explorer", "training_explorer", "unknown_characters", "_check_prompt", "_label"]

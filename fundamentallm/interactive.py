@@ -13,8 +13,10 @@ infinite choice of a widget for a grid of precomputed frames::
     explorer  # last expression of the cell: displayed
 
 A control whose values are all numbers is a slider (``<input type=range>``); any other is a
-drop-down list (``<select>``). Frames are PNG images embedded as base64 data URIs, so keep the
-grid small: the page carries every frame (``explorer.nbytes`` says how much).
+drop-down list (``<select>``); a control with one value is written as text. Frames are PNG
+images embedded as base64 data URIs, drawn at :data:`DENSITY` times the pixels they are shown at
+(sharp on phones and high-density screens), so keep the grid small: the page carries every frame
+(``explorer.nbytes`` says how much).
 
 :class:`Explorer` gives one explorer two faces. In a live kernel (Jupyter, JupyterLab, VS Code,
 Colab) it is core ipywidgets -- sliders, drop-downs, text boxes, buttons -- that call ``draw``
@@ -46,9 +48,12 @@ from typing import Any, Callable, Mapping, Sequence
 MAX_FRAMES = 120  # a guard for page weight: 120 small PNGs are about 1-2 MB
 
 
-def figure_to_data_uri(fig, dpi: int = 72) -> str:
+DENSITY = 2  # frames are drawn at twice the pixels they are shown at (sharp on phones and HiDPI screens)
+
+
+def figure_to_data_uri(fig, dpi: int = 72 * DENSITY) -> str:
     """A matplotlib ``Figure`` as a ``data:image/png;base64,...`` URI; the figure is closed.
-    The PNG is reduced to a 256-colour palette: plots need no more, and it is 2-3x smaller."""
+    The PNG is reduced to a 64-colour palette: plots need no more, and it is 2-3x smaller."""
     import matplotlib.pyplot as plt
     from PIL import Image  # a dependency of matplotlib
 
@@ -57,7 +62,7 @@ def figure_to_data_uri(fig, dpi: int = 72) -> str:
     plt.close(fig)
     image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
     buffer = io.BytesIO()
-    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(buffer, format="PNG", optimize=True)
+    image.quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(buffer, format="PNG", optimize=True)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -71,12 +76,18 @@ class FrameExplorer:
     carries each distinct image once."""
 
     def __init__(self, controls: dict[str, list], frames: dict[str, str], initial: tuple[int, ...],
-                 alt: str, title: str | None = None, note: str | None = None):
-        self.controls, self.frames, self.initial = controls, frames, initial
+                 alt: str, title: str | None = None, note: str | None = None, density: float = 1):
+        self.controls, self.frames, self.initial, self.density = controls, frames, initial, density
+        self.lists: set[str] = set()  # controls shown as a list even when their values are numbers
         self.alt, self.title, self.note = alt, title, note
         digest = hashlib.sha1(json.dumps([list(controls), sorted(frames.items()), alt],
                                          default=str).encode()).hexdigest()[:10]
         self.id = f"fl-explorer-{digest}"  # deterministic: the same notebook builds the same page
+
+    def _width(self, uri: str) -> int:
+        """The CSS width an image is shown at: its pixels divided by the density it was drawn at."""
+        png = base64.b64decode(uri.split(",", 1)[1][:64])
+        return round(int.from_bytes(png[16:20], "big") / self.density)
 
     @property
     def nbytes(self) -> int:
@@ -85,7 +96,10 @@ class FrameExplorer:
 
     def _control_html(self, position: int, name: str, values: list) -> str:
         label, start = html.escape(str(name)), self.initial[position]
-        if _is_slider(values):
+        if len(values) == 1:  # nothing to choose in the book: say the value, not a control that cannot move
+            return (f'<span class="fl-fixed">{label}: <strong>{html.escape(str(values[0]))}</strong> '
+                    f'<small>(other values in the live explorer)</small></span>')
+        if _is_slider(values) and name not in self.lists:
             shown = html.escape(str(values[start]))
             return (f'<label>{label} <input type="range" min="0" max="{len(values) - 1}" step="1" '
                     f'value="{start}" data-position="{position}" aria-label="{label}" '
@@ -114,37 +128,41 @@ class FrameExplorer:
         script = f"""<script>(function() {{
   var root = document.getElementById("{self.id}");
   var images = {json.dumps(images)};
+  var widths = {json.dumps([self._width(uri) for uri in images])};
   var frames = {json.dumps(index)};
   var labels = {json.dumps(labels)};
   var controls = root.querySelectorAll("[data-position]");
   var names = {json.dumps(list(self.controls))};
+  var fixed = {json.dumps([i for i, v in enumerate(self.controls.values()) if len(v) == 1])};
   var alt = {json.dumps(self.alt)};
   var image = root.querySelector("img");
   var dead = root.querySelector(".fl-dead");
   if (dead) dead.hidden = true;  // the script runs: the controls work
   function update() {{
     var key = [], shown = [];
+    fixed.forEach(function (i) {{ key[i] = "0"; shown[i] = names[i] + " " + labels[i][0]; }});
     controls.forEach(function (c) {{
       var label = labels[c.dataset.position][+c.value];
-      key.push(c.value);
-      shown.push(names[c.dataset.position] + " " + label);
+      key[+c.dataset.position] = c.value;
+      shown[+c.dataset.position] = names[c.dataset.position] + " " + label;
       if (c.type === "range") c.setAttribute("aria-valuetext", label);
       var out = c.parentNode.querySelector("output");
       if (out) out.textContent = label;
     }});
     image.src = images[frames[key.join(",")]];
+    image.width = widths[frames[key.join(",")]];
     image.dataset.frame = key.join(",");
     image.alt = alt + " (shown: " + shown.join(", ") + ")";
   }}
   controls.forEach(function (c) {{ c.addEventListener("input", update); }});
   // print the default frame, whatever the reader moved to; back to it after printing
-  var first = [image.src, image.alt, image.dataset.frame], shown = null;
+  var first = [image.src, image.alt, image.dataset.frame, image.width], shown = null;
   window.addEventListener("beforeprint", function () {{
-    shown = [image.src, image.alt, image.dataset.frame];
-    image.src = first[0]; image.alt = first[1]; image.dataset.frame = first[2];
+    shown = [image.src, image.alt, image.dataset.frame, image.width];
+    image.src = first[0]; image.alt = first[1]; image.dataset.frame = first[2]; image.width = first[3];
   }});
   window.addEventListener("afterprint", function () {{
-    if (shown) {{ image.src = shown[0]; image.alt = shown[1]; image.dataset.frame = shown[2]; }}
+    if (shown) {{ image.src = shown[0]; image.alt = shown[1]; image.dataset.frame = shown[2]; image.width = shown[3]; }}
   }});
 }})();</script>"""
         # Shown where the script cannot run (a notebook opened untrusted in Jupyter, GitHub's
@@ -158,7 +176,8 @@ class FrameExplorer:
         return (f'<div class="fl-explorer" id="{self.id}" style="max-width:100%;overflow-x:auto">{title}'
                 f'<div class="fl-controls" style="display:flex;flex-wrap:wrap;gap:0.4em 1.2em;'
                 f'margin:0.3em 0">{controls}</div>'
-                f'<img src="{self.frames[key]}" data-frame="{key}" alt="{html.escape(self.frame_alt(self.initial))}" '
+                f'<img src="{self.frames[key]}" data-frame="{key}" width="{self._width(self.frames[key])}" '
+                f'alt="{html.escape(self.frame_alt(self.initial))}" '
                 f'style="max-width:100%;height:auto;background:white">{dead}{note}{script}</div>')
 
     def __repr__(self) -> str:  # what a console shows; notebooks use _repr_html_
@@ -168,7 +187,7 @@ class FrameExplorer:
 
 def frame_explorer(controls: Mapping[str, Sequence[Any]], draw: Callable[..., Any], alt: str,
                    initial: Mapping[str, Any] | None = None, title: str | None = None,
-                   dpi: int = 72, note: str | None = None) -> FrameExplorer:
+                   dpi: int = 72 * DENSITY, note: str | None = None) -> FrameExplorer:
     """Draw ``draw(**values)`` (a matplotlib ``Figure``) for every combination of the controls'
     values and return a :class:`FrameExplorer` that shows one at a time.
 
@@ -209,7 +228,8 @@ def frame_explorer(controls: Mapping[str, Sequence[Any]], draw: Callable[..., An
         if not hasattr(fig, "savefig"):
             raise TypeError(f"draw({kwargs}) returned {type(fig).__name__}, not a matplotlib Figure")
         frames[",".join(map(str, index))] = figure_to_data_uri(fig, dpi=dpi)
-    return FrameExplorer(controls, frames, tuple(start), alt=alt, title=title, note=note)
+    return FrameExplorer(controls, frames, tuple(start), alt=alt, title=title, note=note,
+                         density=dpi / 72)
 
 
 # --- one explorer, two faces ------------------------------------------------------------------
@@ -260,7 +280,7 @@ def text(value: str, frames: Sequence[str] | None = None) -> Control:
     """A text box; in the book, a drop-down list of the example texts ``frames``."""
     if not isinstance(value, str):
         raise TypeError(f"text value must be a str, got {type(value).__name__}")
-    frames = tuple(frames) if frames is not None else (value,)
+    frames = tuple(dict.fromkeys(frames)) if frames is not None else (value,)  # each text once
     if value not in frames:
         raise ValueError(f"text frames={list(frames)} must include value={value!r}")
     return Control("text", value, frames)
@@ -324,8 +344,10 @@ class Explorer:
             self._static = frame_explorer(
                 {name: list(c.frames) for name, c in self.controls.items()}, self._draw_frame,
                 alt=self.alt, initial={name: c.value for name, c in self.controls.items()},
-                title=self.title, dpi=self.dpi,
+                title=self.title, dpi=self.dpi * DENSITY,
                 note=BOOK_NOTE)
+            # a choice among numbers (RoPE's base, a head count) is a list, as in the live face
+            self._static.lists = {name for name, c in self.controls.items() if c.kind != "slider"}
         return self._static
 
     # the live face

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 
 import matplotlib
 
@@ -13,7 +14,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from fundamentallm.a11y import describe_figure, png_description, png_with_description, set_alt_text  # noqa: E402
+from fundamentallm.a11y import (  # noqa: E402
+    alt_text_problems,
+    describe_figure,
+    png_description,
+    png_with_description,
+    set_alt_text,
+)
 from fundamentallm.viz import plot_attention_heads  # noqa: E402
 
 
@@ -36,10 +43,11 @@ def test_a_line_plot_is_described_by_its_titles_axes_ranges_and_legend():
     fig.canvas.draw()
     text = describe_figure(fig)
     plt.close(fig)
-    assert text.startswith("Figure titled “Two runs”. 2 panels.")
+    # the findings first (read from the data), then the title, then each panel's kind and axes
+    assert text.startswith("Training: both fall; val ends highest (1.9), train lowest (1.5). "
+                           "Largest: post-LN (4), smallest: pre-LN (1). Figure titled “Two runs”. 2 panels."), text
     assert "Panel 1, Training: line plot with 2 lines of loss (log scale) against step" in text
-    assert "legend: train, val" in text and "step from" in text
-    assert "Panel 2, bar chart of gradient norm; x: pre-LN, post-LN" in text
+    assert len(text) <= 250, text  # the second panel's axes no longer fit: its finding does
     assert "10^" not in text  # log-scale tick labels are numbers, not categories
 
 
@@ -49,8 +57,8 @@ def test_heatmaps_name_their_rows_columns_and_colour_scale():
     text = describe_figure(fig)
     plt.close(fig)
     assert "2 panels" in text and "Panel 1, head 0: heatmap, query (rows) by key (columns)" in text
-    assert "query and key: the, cat, sat" in text
-    assert "colour scale attention weight from 0 to 1" in text
+    assert text.startswith("Head 0: every cell is 0.333. Head 1: every cell is 0.333."), text
+    assert "query and key: the, cat, sat" in text and len(text) <= 250, text
 
 
 def test_a_hand_written_description_comes_first_and_must_be_text():
@@ -100,14 +108,14 @@ def test_every_plot_a_notebook_shows_carries_its_description(tmp_path):
         for out in cell.outputs:
             if "image/png" in out.get("data", {}):
                 found.append(png_description(base64.b64decode(out["data"]["image/png"])))
-    assert found == ["A run: line plot of loss against step; step from 1 to 3; loss from 1 to 3.",
-                     "Bars: bar chart of values; x: a, b; y from 0 to 2."], found
+    assert found == ["Loss dips to 1 at step 2. A run: line plot of loss against step; step from 1 to 3; "
+                     "loss from 1 to 3.",
+                     "Largest: b (2), smallest: a (1). Bars: bar chart of values; x: a, b; y from 0 to 2."], found
 
 
 def test_diagram_text_is_large_enough_for_a_laptop():
     """Every diagram's font sizes are at least 12 in a viewBox at most 900 wide: shown full-width
     (about 935 px at 1280 px), its text is at least 12 px (tests/test_browser.py measures it)."""
-    import re
     from pathlib import Path
 
     images = sorted((Path(__file__).resolve().parents[1] / "book" / "images").glob("*.svg"))
@@ -123,7 +131,6 @@ def test_diagram_text_is_large_enough_for_a_laptop():
 def test_quiz_options_show_no_raw_markdown():
     """A quiz option is the summary of a <details> block: raw HTML, where Markdown is not rendered,
     so code in it is written <code>...</code> (a backtick would show as a backtick)."""
-    import re
     from pathlib import Path
 
     import nbformat
@@ -151,4 +158,47 @@ def test_descriptions_do_not_repeat_themselves():
     text = describe_figure(fig)
     plt.close(fig)
     assert "(log scale) (log scale)" not in text and "rows (rows)" not in text, text
-    assert "2^" not in text and "batch size (log scale) from 0.5 to 4" in text, text
+    assert "2^" not in text and "batch size goes from 0.5 to 4" in text, text
+
+
+def test_descriptions_state_the_finding_first_without_tex_repeats_or_length():
+    """Each description opens with what the data show -- a trend, a peak, a crossing, the largest
+    bar or cell, a scatter's correlation -- then the axes, in at most 250 characters, with TeX
+    labels read as text."""
+    fig, axes = plt.subplots(2, 3, figsize=(9, 5))
+    x = np.arange(10)
+    axes[0, 0].plot(x, -(x - 4.0) ** 2)
+    axes[0, 0].set(xlabel=r"$\ell$ (layer)", ylabel=r"$\|\nabla_{W} L\|$", title=r"$\sqrt{d}$ scaling")
+    axes[0, 1].plot(x, x, label="pre-LN")
+    axes[0, 1].plot(x, 9 - x, label="post-LN")
+    axes[0, 1].legend()
+    axes[0, 1].set(xlabel="step", ylabel=r"loss $\times 10^{3}$")
+    axes[0, 2].barh(["a", "b", "c"], [3, 1, 2])
+    axes[1, 0].imshow(np.arange(6).reshape(2, 3))
+    axes[1, 0].set(xlabel="columns", ylabel="rows")
+    axes[1, 1].scatter(x, 2 * x + 1)
+    axes[1, 1].set(xlabel="width", ylabel="loss (log scale)")
+    axes[1, 1].set_yscale("log")
+    axes[1, 2].plot(x, np.ones(10))
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    plt.close(fig)
+    assert text.startswith("Sqrt(d) scaling: |∇_W L| peaks at 0 at ℓ 4. Largest: a (3), smallest: b (1)."), text
+    assert not alt_text_problems(text), (alt_text_problems(text), text)
+    fig, ax = plt.subplots()
+    ax.plot(x, x, label="pre-LN")
+    ax.plot(x, 9 - x, label="post-LN")
+    ax.set(xlabel="step", ylabel="loss")
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    plt.close(fig)
+    assert text.startswith("Pre-LN and post-LN cross near step 5; pre-LN ends highest (9), post-LN lowest (0)."), text
+    for label in [r"$\alpha \cdot x_{t}$", "rows", "loss (log scale)"]:
+        fig, ax = plt.subplots()
+        ax.imshow(np.eye(3))
+        ax.set(ylabel=label, xlabel=label)
+        ax.set_yscale("linear")
+        fig.canvas.draw()
+        text = describe_figure(fig)
+        plt.close(fig)
+        assert not alt_text_problems(text), (alt_text_problems(text), text)

@@ -139,7 +139,7 @@ def test_both_faces_in_one_bundle_and_the_frames_need_no_kernel(make):
     page = bundle["text/html"]
     assert page.count("<img") == 1 and "fl-dead" in page and "Precomputed frames" in page
     assert "aria-valuetext" in page and "(shown: norm LayerNorm, offset 0.0, scale 1.0)" in page
-    assert len(explorer.static.frames) == 2 * 2 * 2
+    assert len(explorer.static.frames) == 2 * 3 * 3  # norm, offset, scale
     assert "ipywidgets" not in page and "http" not in page.split("base64,")[0]
     assert "run this cell" in bundle["text/plain"]
 
@@ -281,3 +281,20 @@ def test_a_sliders_frames_run_left_to_right_in_ascending_order():
     assert slider(0.0, 1.0, 0.05, 1.0, frames=[1.0, 0.6]).frames == (0.6, 1.0)
     e = Explorer({"p": slider(0.0, 1.0, 0.05, 1.0, frames=[1.0, 0.6])}, lambda p: f"p={p}", alt="x")
     assert e.static.controls == {"p": [0.6, 1.0]} and e.static.initial == (1,)
+
+
+def test_the_books_controls_all_move_and_sliders_have_stops(make):
+    """In the book (precomputed frames) no explorer shows a control with one value (it is written
+    as text), and every slider has at least three stops, so moving it shows the effect."""
+    for name, build in make.items():
+        explorer = build()
+        for control, values in explorer.static.controls.items():
+            page = explorer.static._repr_html_()
+            if len(values) == 1:
+                assert f'class="fl-fixed">{control}: ' in page, (name, control)
+            elif all(isinstance(v, (int, float)) for v in values) and explorer.controls[control].kind == "slider":
+                assert len(values) >= 3 or len(values) == len(range(int(explorer.controls[control].low),
+                                                                       int(explorer.controls[control].high) + 1)), \
+                    f"{name}: slider {control} has {len(values)} stops in the book"
+            elif explorer.controls[control].kind == "choice":
+                assert f'<select data-position="{list(explorer.controls).index(control)}"' in page, (name, control)

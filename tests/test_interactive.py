@@ -70,3 +70,21 @@ def test_identical_frames_are_carried_once():
     assert len(e.frames) == 6 and len(set(e.frames.values())) == 3
     page = e._repr_html_()
     assert sum(page.count(uri) for uri in set(e.frames.values())) == 3 + 1  # + the initial src
+
+
+def test_frames_are_drawn_at_twice_the_size_they_are_shown_and_fixed_values_are_not_controls():
+    """A frame's PNG has twice the pixels of the width the page shows it at (sharp on phones and
+    high-density screens), and the script keeps the width as the frames change. A control with
+    one value in the book is written as text, not a slider or a list that cannot move."""
+    import base64
+
+    e = frame_explorer({"n": [2, 3, 4], "kind": ["up"]}, draw, alt="a line")
+    page = e._repr_html_()
+    uri = re.search(r'<img src="(data:image/png;base64,[^"]+)"', page).group(1)
+    png = base64.b64decode(uri.split(",", 1)[1])
+    pixels = int.from_bytes(png[16:20], "big")
+    shown = int(re.search(r'<img [^>]*width="(\d+)"', page).group(1))
+    assert abs(pixels - 2 * shown) <= 1 and 130 <= shown <= 160, (pixels, shown)  # about 2 in at 72 px per inch
+    assert 'var widths = ' in page and "image.width = widths" in page
+    assert page.count('type="range"') == 1 and "<select" not in page
+    assert re.search(r'class="fl-fixed">kind: <strong>up</strong>', page), page[:2000]

@@ -1,0 +1,162 @@
+"""What a plot shows, in one sentence read from its data: the first words of its alt text.
+
+An alt text that lists the axes tells a reader what was measured, not what came out. These
+helpers read the plotted data back from a matplotlib panel and state the finding the way the prose
+would: a curve that rises, falls or peaks (and where), which line ends highest and where two lines
+cross, the largest and smallest bar, the hottest cell of a heatmap, a scatter's trend.
+:func:`fundamentallm.a11y.describe_figure` puts this first (after a hand-written description, when
+a figure has one) and the axes after it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+
+def num(v: float) -> str:
+    """3 significant digits, without an exponent between 0.001 and 100,000 (1150, not 1.15e3)."""
+    v = float(v)
+    if v == 0 or not np.isfinite(v):
+        return "0" if v == 0 else str(v)
+    if 1e-3 <= abs(v) < 1e5:
+        text = f"{v:.3g}"
+        return f"{round(v):d}" if "e" in text else text
+    return f"{v:.3g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+
+
+def _name(label: str, fallback: str) -> str:
+    """An axis label without its unit or scale note in brackets: 'loss (log scale)' -> 'loss'."""
+    label = re.sub(r"\s*[(\[][^)\]]*[)\]]\s*$", "", label or "").strip()
+    return label or fallback
+
+
+def _line_label(line, i: int) -> str:
+    label = str(line.get_label() or "")
+    return label if label and not label.startswith("_") else f"line {i + 1}"
+
+
+def _xy(line):
+    x = np.asarray(line.get_xdata(), dtype=float)
+    y = np.asarray(line.get_ydata(), dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    return x[keep], y[keep]
+
+
+def _one_curve(x, y, ylab: str, xlab: str) -> str:
+    lo, hi = float(y.min()), float(y.max())
+    span = hi - lo
+    if span <= 1e-12 * max(1.0, abs(hi)):
+        return f"{ylab} stays at {num(hi)}"
+    i_max, i_min = int(y.argmax()), int(y.argmin())
+    ends_hi, ends_lo = max(y[0], y[-1]), min(y[0], y[-1])
+    if 0 < i_max < len(y) - 1 and hi - ends_hi > 0.2 * span:
+        return f"{ylab} peaks at {num(hi)} at {xlab} {num(x[i_max])}"
+    if 0 < i_min < len(y) - 1 and ends_lo - lo > 0.2 * span:
+        return f"{ylab} dips to {num(lo)} at {xlab} {num(x[i_min])}"
+    verb = "rises" if y[-1] > y[0] else "falls"
+    return f"{ylab} {verb} from {num(y[0])} to {num(y[-1])} as {xlab} goes from {num(x[0])} to {num(x[-1])}"
+
+
+def _lines(ax, lines, ylab: str, xlab: str) -> str:
+    curves = [(i, *_xy(ln)) for i, ln in enumerate(lines)]
+    curves = [(i, x, y) for i, x, y in curves if len(y) > 1]
+    if not curves:
+        return ""
+    if len(curves) == 1:
+        _, x, y = curves[0]
+        return _one_curve(x, y, ylab, xlab)
+    named = [(_line_label(lines[i], i), x, y) for i, x, y in curves]
+    if not any(not n.startswith("line ") for n, _, _ in named) and len(named) > 4:
+        return ""  # many unnamed lines (samples, one per channel): no one line to single out
+    parts = []
+    if len(named) == 2 and len(named[0][1]) == len(named[1][1]) and np.allclose(named[0][1], named[1][1]):
+        (a, x, ya), (b, _, yb) = named
+        sign = np.sign(ya - yb)
+        change = np.nonzero(sign[1:] * sign[:-1] < 0)[0]
+        if len(change):
+            parts.append(f"{a} and {b} cross near {xlab} {num(x[change[0] + 1])}")
+    directions = {("rise" if y[-1] > y[0] else "fall") if y[-1] != y[0] else "stay" for _, _, y in named}
+    if len(directions) == 1 and "stay" not in directions:
+        parts.insert(0, f"{'both' if len(named) == 2 else f'all {len(named)} lines'} {directions.pop()}")
+    finals = [(y[-1], n) for n, _, y in named]
+    top, bottom = max(finals), min(finals)
+    if top[0] != bottom[0]:
+        parts.append(f"{top[1]} ends highest ({num(top[0])}), {bottom[1]} lowest ({num(bottom[0])})")
+    return "; ".join(parts)
+
+
+def _bars(ax, containers, categories: list[str]) -> str:
+    horizontal = getattr(containers[0], "orientation", "vertical") == "horizontal"
+    values = [[(p.get_width() if horizontal else p.get_height()) for p in c.patches] for c in containers]
+    if len(containers) == 1:
+        v = np.asarray(values[0], dtype=float)
+        if len(v) < 2 or not np.isfinite(v).all():
+            return ""
+        names = categories if len(categories) == len(v) else [f"bar {i + 1}" for i in range(len(v))]
+        hi, lo = int(v.argmax()), int(v.argmin())
+        if v[hi] == v[lo]:
+            return f"all {len(v)} bars are equal ({num(v[hi])})"
+        return f"largest: {names[hi]} ({num(v[hi])}), smallest: {names[lo]} ({num(v[lo])})"
+    n = min(len(v) for v in values)
+    labels = [str(c.get_label() or "") for c in containers]
+    if n < 1 or any(not lab or lab.startswith("_") for lab in labels):
+        return ""
+    grid = np.asarray([v[:n] for v in values], dtype=float)
+    wins = np.bincount(grid.argmax(0), minlength=len(containers))
+    best = int(wins.argmax())
+    return f"{labels[best]} is highest in {wins[best]} of {n} groups"
+
+
+def _heatmap(ax, image, rows: list[str], columns: list[str], ylab: str, xlab: str) -> str:
+    a = np.ma.masked_invalid(np.asarray(image.get_array(), dtype=float))
+    if a.ndim != 2 or a.count() < 2:
+        return ""
+    if a.max() == a.min():
+        return f"every cell is {num(a.max())}"
+    r, c = np.unravel_index(int(a.argmax()), a.shape)
+    row = rows[r] if len(rows) == a.shape[0] else num(r)
+    col = columns[c] if len(columns) == a.shape[1] else num(c)
+    return f"largest value {num(a.max())} at {ylab} {row}, {xlab} {col}"
+
+
+def _scatter(collection, ylab: str, xlab: str) -> str:
+    xy = np.asarray(collection.get_offsets(), dtype=float)
+    if xy.ndim != 2 or len(xy) < 3:
+        return ""
+    xy = xy[np.isfinite(xy).all(1)]
+    if len(xy) < 3 or xy[:, 0].std() == 0 or xy[:, 1].std() == 0:
+        return ""
+    r = float(np.corrcoef(xy[:, 0], xy[:, 1])[0, 1])
+    if abs(r) < 0.5:
+        return f"no clear trend of {ylab} with {xlab} (correlation {r:.2f})"
+    return f"{ylab} {'rises' if r > 0 else 'falls'} with {xlab} (correlation {r:.2f})"
+
+
+def panel_finding(ax, xlabel: str, ylabel: str, xcats: list[str], ycats: list[str]) -> str:
+    """One clause on what ``ax`` shows (its data's trend, extreme or crossing), or '' when the
+    data say nothing simple. ``xlabel``/``ylabel`` are the axes' cleaned labels, ``xcats``/``ycats``
+    their category tick labels ([] on a numeric axis)."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.container import BarContainer
+
+    try:
+        if ax.images:
+            ylab, xlab = _name(ylabel, "row"), _name(xlabel, "column")
+            ylab, xlab = ("row" if ylab == "rows" else ylab), ("column" if xlab == "columns" else xlab)
+            return _heatmap(ax, ax.images[0], ycats, xcats, ylab, xlab)
+        bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+        if bars:
+            horizontal = getattr(bars[0], "orientation", "vertical") == "horizontal"
+            return _bars(ax, bars, ycats if horizontal else xcats)
+        ylab, xlab = _name(ylabel, "y"), _name(xlabel, "x")
+        lines = [ln for ln in ax.get_lines() if ln.get_visible() and len(ln.get_xdata()) > 1]
+        if lines and not xcats:
+            return _lines(ax, lines, ylab, xlab)
+        scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
+        if scatters:
+            return _scatter(scatters[0], ylab, xlab)
+    except (TypeError, ValueError, IndexError):  # data a plot holds in a form not read here
+        return ""
+    return ""
