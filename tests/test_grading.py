@@ -1040,6 +1040,34 @@ def test_the_worker_refuses_the_forbidden_method_complex_step_of_a_by_hand_check
 
 
 @needs_bwrap
+def test_a_check_that_counts_torch_operations_counts_them_in_the_worker():
+    """ch10's checks refuse a Python loop over the rows (more than 500 torch operations on a batch of
+    4096): the grader's proxy asks the worker to count the student's operations there, with the budget
+    left, so the loop is refused under the grader as in a reader's kernel, and a batched pass is not."""
+    from fundamentallm import checks
+
+    loop = ("def min_p_filter(logits, min_p):\n    out = logits.clone()\n    for row in out.view(-1, out.shape[-1]):\n"
+            "        p = torch.softmax(row, -1)\n        row[p < min_p * p.max()] = float('-inf')\n    return out\n")
+    batched = ("def min_p_filter(logits, min_p):\n    p = torch.softmax(logits, -1)\n"
+               "    keep = p >= min_p * p.amax(-1, keepdim=True)\n    return logits.masked_fill(~keep, float('-inf'))\n")
+    worker = proxy.Worker(sandbox.Limits(), [])
+    try:
+        worker.budget = 120
+        session = proxy.Session(worker, list(checks.FORBIDDEN.get("check_min_p_filter", ())), True)
+        for code, passes in ((loop, False), (batched, True)):
+            reply, buffers = worker.request({"op": "load", "chapter": "10", "label": "ch10-ex4", "code": code,
+                                             "prelude": "import torch\n", "names": ["min_p_filter"]})
+            fn = session._reply(reply, buffers, "answer")["min_p_filter"]
+            if passes:
+                checks.check_min_p_filter(fn)
+            else:
+                with pytest.raises(CheckFailed, match="more than 500 tensor operations"):
+                    checks.check_min_p_filter(fn)
+    finally:
+        worker.close()
+
+
+@needs_bwrap
 def test_a_child_process_and_the_checks_reference_are_out_of_reach():
     values = _in_worker("""
 import subprocess, sys

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import torch
 
+from .calls import TooManyCalls, TorchCallCounter
 from .core import CheckFailed, check_shape, exercise_check, rng
 from .predict import number, require_prediction
 
@@ -102,39 +103,11 @@ def check_repetition_penalty(repetition_penalty: Callable) -> str:
     return f"{len(cases)} cases: positive and negative logits, repeated tokens, penalty 1"
 
 
-class _CountTorchCalls(torch.overrides.TorchFunctionMode):
-    """Counts the torch functions and tensor methods called while active (a call made inside
-    another is not counted twice)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-    def __enter__(self):
-        self._grad = torch.is_grad_enabled()
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        out = super().__exit__(*exc)
-        torch.set_grad_enabled(self._grad)  # stopped inside a no_grad block, its exit may not have run
-        return out
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.n += 1
-        if self.n == 501:  # enough to decide: stop a loop over 4096 rows early (once: cleanup still runs)
-            raise _TooManyCalls
-        return func(*args, **(kwargs or {}))
-
-
-class _TooManyCalls(Exception):
-    pass
-
-
 def _ch10_no_row_loop(fn: Callable, arg: float, what: str) -> None:
     """Fail if ``fn(logits, arg)`` on a (4096, 50) batch makes a torch call per row: a Python loop
     over rows. One batched pass makes a few dozen calls, whatever the batch size."""
     logits = torch.randn(4096, 50, generator=_ch10_rng(11))
-    with contextlib.suppress(_TooManyCalls), _CountTorchCalls() as counter:
+    with contextlib.suppress(TooManyCalls), TorchCallCounter(500) as counter:
         fn(logits, arg)
     if counter.n > 500:
         raise CheckFailed(f"{what}: on a (4096, 50) batch your function made more than 500 tensor operations, "
@@ -312,8 +285,8 @@ def check_greedy_trap(make_trap: Callable) -> str:
 
     from ..beam import beam_search
 
-    out, counter = None, _CountTorchCalls()
-    with contextlib.suppress(_TooManyCalls), counter:
+    out, counter = None, TorchCallCounter(500)
+    with contextlib.suppress(TooManyCalls), counter:
         out = make_trap()
     if counter.n > 500:
         raise CheckFailed("make_trap made more than 500 tensor operations: that is a search over tables, not "

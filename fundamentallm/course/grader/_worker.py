@@ -107,20 +107,28 @@ def main() -> None:
                       if torch is not None and isinstance(a, torch.Tensor)} if header.get("pure") else {}
             forbidden = tuple(header.get("forbidden", ()))
             by_hand = header.get("by_hand") is True  # complex arithmetic refused too
+            budget = header.get("count_calls")  # the torch operations the check still allows
+            budget = budget if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0 else None
+            calls = None
             try:
-                if forbidden or by_hand:
+                if forbidden or by_hand or budget is not None:
                     from fundamentallm.checks.core import CheckFailed, run_forbidding
 
-                    recorder = _recorder(forbidden)
+                    recorder = _recorder(forbidden, budget)
                     try:
                         with recorder:
                             result = run_forbidding(forbidden, lambda: fn(*args, **kwargs), by_hand=by_hand)
                     except CheckFailed as e:  # the profiler saw a forbidden call
                         return {"forbidden": str(e)}, []
+                    except _OverBudget:
+                        pass
                     finally:
                         seen = recorder.verdict()
                     if seen:
                         return {"forbidden": seen}, []
+                    calls = recorder.calls
+                    if budget is not None and calls > budget:  # stopped: the check refuses it
+                        return {"too_many_calls": calls}, []
                 else:
                     result = fn(*args, **kwargs)
             except BaseException as e:
@@ -134,7 +142,7 @@ def main() -> None:
                            args[i].detach().nan_to_num(1e30), b.nan_to_num(1e30)))}
             if torch is not None:  # a generator the check passed: its state after the call
                 changed.update({str(i): a for i, a in enumerate(args) if isinstance(a, torch.Generator)})
-            return answer({"value": result, "changed": changed}, {})
+            return answer({"value": result, "changed": changed, "torch_calls": calls}, {})
         if op == "backward":  # gradients of one output of an earlier call, for the check's autograd
             inputs, outputs = graphs[int(header["call"])]
             grad = wire.decode(header["grad"], buffers, from_handle)
@@ -177,8 +185,9 @@ class _Recorder:
     PyTorch dispatches, not by the name the student wrote; and whether the mode was still in
     place at the end (a student who pops or disables it is caught as tampering)."""
 
-    def __init__(self, forbidden: tuple) -> None:
+    def __init__(self, forbidden: tuple, budget=None) -> None:
         self.forbidden, self.used, self.mode, self.depth, self.tampered = forbidden, [], None, 0, False
+        self.budget, self.counted = budget, [0]  # torch operations made; stopped past the budget
 
     def __enter__(self):
         torch = sys.modules.get("torch")
@@ -196,10 +205,13 @@ class _Recorder:
         def _names_forbidden(name: str, key: list) -> bool:
             words = _words(name)
             return bool(key) and (words == key or words == ["log", *key])
-        used = self.used
+        used, counted, budget = self.used, self.counted, self.budget
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
+                counted[0] += 1
+                if budget is not None and counted[0] > budget:  # not an Exception: no except clause stops it
+                    raise _OverBudget
                 label = match.match_function(func)
                 name = getattr(func, "__name__", "") or ""
                 if label is None:
@@ -225,6 +237,11 @@ class _Recorder:
         else:
             self.mode.__exit__(*exc)
 
+    @property
+    def calls(self) -> int:
+        """The torch operations the student's function made (counted as the check counts them)."""
+        return self.counted[0]
+
     def verdict(self) -> str:
         if self.tampered:
             return ("your code removed or disabled the record of the torch functions it calls "
@@ -234,8 +251,12 @@ class _Recorder:
         return ""
 
 
-def _recorder(forbidden: tuple) -> _Recorder:
-    return _Recorder(forbidden)
+class _OverBudget(BaseException):
+    """Stops a student's function that has made more torch operations than the check allows."""
+
+
+def _recorder(forbidden: tuple, budget=None) -> _Recorder:
+    return _Recorder(forbidden, budget)
 
 
 if __name__ == "__main__":

@@ -199,12 +199,20 @@ class Session:
         k = _shift_buffers(k, shift)
         self.calls += 1
         grad_inputs = wire.grad_tensors([list(args), dict(kwargs)])
+        from ...checks.calls import call_budget, count_remote_calls
+
+        budget = call_budget()  # a check counting the torch operations: the worker counts them there
         header = {"op": "call", "target": proxy._hid, "args": a, "kwargs": k, "forbidden": self.forbidden,
-                  "by_hand": self.by_hand, "pure": self.pure, "call": self.calls if grad_inputs else None}
+                  "by_hand": self.by_hand, "pure": self.pure, "call": self.calls if grad_inputs else None,
+                  "count_calls": budget}
         reply, buffers = self.worker.request(header, abuf + kbuf)
+        if budget is not None and "too_many_calls" in reply:
+            count_remote_calls(_count(reply["too_many_calls"]))  # raises TooManyCalls, as in-process
         out = self._reply(reply, buffers, f"result of {proxy.__name__}")
         if not isinstance(out, dict) or "value" not in out:
             raise GradingAbort("the worker's answer broke the grader's format")
+        if budget is not None:
+            count_remote_calls(_count(out.get("torch_calls")))
         changed = out.get("changed")
         if isinstance(changed, dict):
             _apply_changes(args, changed)
@@ -251,6 +259,13 @@ def _remote_grad():
             return (None, None, None, None, *ctx.session.backward(ctx.call, ctx.index, grad, ctx.saved_tensors))
 
     return RemoteGrad
+
+
+def _count(value: Any) -> int:
+    """A count of torch operations from the worker (untrusted: anything else is a broken format)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise GradingAbort("the worker's answer broke the grader's format")
 
 
 def _shift_buffers(obj: Any, shift: int) -> Any:
