@@ -31,10 +31,12 @@ def induction_keys(ids: torch.Tensor) -> torch.Tensor:
     return keys
 
 
-def pattern_explorer(model, tokenizer, text: str, examples: tuple[str, ...] = ()) -> Explorer:
+def pattern_explorer(model, tokenizer, text: str, examples: tuple[str, ...] = (),
+                     head_frames: tuple[int, ...] | None = None) -> Explorer:
     """The pattern of one head of ``model`` over a typed text. ``text`` is shown first; the book's
-    frames cover it and ``examples``; the live explorer takes any text of at most
-    ``model.config.max_seq_len`` tokens."""
+    frames cover it and ``examples``, every layer, and the heads ``head_frames`` (all by default;
+    each frame costs about half a second); the live explorer takes any text of at most
+    ``model.config.max_seq_len`` tokens and any head."""
     import matplotlib.pyplot as plt
 
     config = model.config
@@ -69,12 +71,12 @@ def pattern_explorer(model, tokenizer, text: str, examples: tuple[str, ...] = ()
         has = keys >= 0
         ind = torch.full((n,), float("nan"))
         ind[has] = pattern[t[has], keys[has]]
-        size = 2.2 + 0.13 * n
-        fig, (a0, a1) = plt.subplots(1, 2, figsize=(2 * size + 1.5, size),
+        size = 2.0 + 0.07 * n
+        fig, (a0, a1) = plt.subplots(1, 2, figsize=(2 * size + 1.0, size),
                                      gridspec_kw={"width_ratios": [1, 0.8]})
         a0.imshow(pattern, cmap="Blues", vmin=0, vmax=1)
-        a0.set_xticks(range(n), labels=labels, fontsize=6)
-        a0.set_yticks(range(n), labels=labels, fontsize=6)
+        a0.set_xticks(range(n), labels=labels, fontsize=5)
+        a0.set_yticks(range(n), labels=labels, fontsize=5)
         a0.set(xlabel="key", ylabel="query", title=f"layer {layer}, head {head}")
         a1.plot(t, prev, "o-", ms=3, label=f"previous token (mean {prev[1:].mean():.2f})")
         mean_ind = f"{ind[has].mean():.2f}" if has.any() else "no repeated token"
@@ -87,10 +89,12 @@ def pattern_explorer(model, tokenizer, text: str, examples: tuple[str, ...] = ()
         return fig
 
     frames = tuple(dict.fromkeys((text, *examples)))
+    if head_frames is not None and (len(set(head_frames)) < 2 or not set(head_frames) <= set(heads)):
+        raise ValueError(f"head_frames={head_frames!r} must name >= 2 heads among {heads}")
     if len(frames) < 2:
         raise ValueError("give at least one example besides the text: the book's text control needs two")
     return Explorer({"text": text_box(text, frames=frames), "layer": choice(layers, value=layers[-1]),
-                     "head": choice(heads)}, draw, dpi=DPI,
+                     "head": choice(heads, value=(head_frames or heads)[0], frames=head_frames)}, draw, dpi=DPI,
                     alt="Left: the attention pattern of the chosen head over the typed text, queries "
                         "down, keys across, darker is more weight. Right: per query, the weight on "
                         "the previous token and on the token after the query's last earlier "

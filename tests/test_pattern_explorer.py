@@ -46,3 +46,11 @@ def test_bad_input_is_a_message():
     assert "at most 16" in explorer.draw(text="a" * 17, layer=0, head=0)
     with pytest.raises(ValueError, match="at least one example"):
         pattern_explorer(model, tokenizer, "abc")
+
+
+def test_head_frames():
+    model, tokenizer = _model_and_tokenizer()
+    explorer = pattern_explorer(model, tokenizer, "abc", examples=("xyz",), head_frames=(1, 0))
+    assert explorer.controls["head"].frames == (1, 0) and explorer.values["head"] == 1
+    with pytest.raises(ValueError, match="head_frames"):
+        pattern_explorer(model, tokenizer, "abc", examples=("xyz",), head_frames=(1,))
