@@ -4,7 +4,7 @@ here from the working tree's book by the installed package's ``colab-edition``) 
 page, copied to an empty folder, executed there: what a reader on Colab runs, with nothing of a
 clone beside it (a chapter that reads a file only a clone has fails here).
 
-Cost: the wheel build and the venv are quick; the 17 pages run up to four at a time (each in its
+Cost: the wheel build and the venv are quick; the 17 chapters and the records page run up to four at a time (each in its
 own kernel, one per CPU core), so the test costs about what executing the book costs;
 marked ``slow``: ``pytest -m "not slow"`` skips it. The venv is clean (no system
 site-packages): it holds the wheel, and only the distributions the wheel declares (``[book]``
