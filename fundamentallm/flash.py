@@ -23,8 +23,11 @@ with ``dS = P ∘ (dP - rowsum(dO ∘ O))``; the tests check the gradients again
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Optional
+import os
+import sys
+from typing import Callable, Optional
 
 import torch
 
@@ -91,3 +94,30 @@ def tiled_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         dq += ds @ k[..., start:end, :] * scale
         dk[..., start:end, :] = ds.transpose(-2, -1) @ q * scale
     return dq, dk, dv
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Silence what native code writes to file descriptor 2 (some PyTorch builds print a line at
+    every profiler start and stop); Python's own errors still propagate as exceptions."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def largest_allocation(fn: Callable[[], object]) -> int:
+    """The largest block of memory (bytes) that one operation of ``fn()`` allocates on the CPU,
+    measured by ``torch.profiler`` (``profile_memory=True``): for attention written as
+    ``softmax(q kᵀ) v``, the ``T × T`` score matrix; for :func:`tiled_attention`, one block of scores
+    or the output."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with _quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return max((int(e.self_cpu_memory_usage) for e in prof.events()), default=0)

@@ -206,7 +206,18 @@ class _Ragged(KVCache):
         self.mask = torch.tensor([[int(j >= pad) for j in range(L)] for _, _, pad in rows])  # (B, L)
         self.positions = torch.tensor([[n] for _, n, _ in rows])  # (B, 1): each row's own position
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def check_room(self, layer: int, shape: tuple) -> None:
+        B, H, T, D = shape
+        if B != len(self.caches) or T != 1:
+            raise ValueError(f"a continuous batch steps one token for each of its {len(self.caches)} requests, "
+                             f"got keys of shape {tuple(shape)}")
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer={layer} is outside the cache's {self.num_layers} layers")
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+              checked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        if not checked:
+            self.check_room(layer, tuple(k.shape))
         blocks, offsets = self.new
         self.pool.k[layer, blocks, :, offsets] = k[:, :, 0]  # (B, H, D) at each row's next position
         self.pool.v[layer, blocks, :, offsets] = v[:, :, 0]

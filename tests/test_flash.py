@@ -50,3 +50,17 @@ def test_backward_by_recomputation_equals_autograd(block_size, causal, masked):
         torch.testing.assert_close(a, b)
     out, lse = tiled_attention(q.detach(), k.detach(), v.detach(), block_size, causal, mask, return_lse=True)
     assert lse.shape == (2, 3, 23, 1)
+
+
+def test_the_score_matrix_is_measured_and_tiling_never_allocates_it():
+    """largest_allocation measures, with torch.profiler, the biggest block one operation allocates:
+    the T x T float32 scores of plain attention, one (T, block) block of scores for the tiled one."""
+    from fundamentallm.flash import largest_allocation
+
+    g = torch.Generator().manual_seed(0)
+    T = 512
+    q, k, v = (torch.randn(1, 1, T, 32, generator=g) for _ in range(3))
+    full = largest_allocation(lambda: torch.softmax(q @ k.transpose(-2, -1), -1) @ v)
+    tiled = largest_allocation(lambda: tiled_attention(q, k, v, block_size=64))
+    assert full == T * T * 4
+    assert T * 32 * 4 <= tiled <= T * 64 * 4 < full
