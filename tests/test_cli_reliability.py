@@ -4,6 +4,7 @@ Every run is tiny (the nano preset, 16-token windows, a few steps). tests/README
 probes these tests cover.
 """
 
+import argparse
 import json
 import os
 import signal
@@ -144,7 +145,12 @@ def test_help_is_instant_and_shows_every_default():
     done = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr  # torch is imported only inside the commands
     parser = _build_parser()
-    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    subparsers = dict(next(a for a in parser._actions if a.dest == "command").choices)
+    for name, sub in list(subparsers.items()):  # a command with actions of its own (record try): each action
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                subparsers.update({f"{name} {verb}": p for verb, p in action.choices.items()})
+                del subparsers[name]
     for name, sub in subparsers.items():
         text = sub.format_help()
         for action in sub._actions:
