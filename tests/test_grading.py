@@ -670,6 +670,15 @@ def test_the_wire_round_trips_data_and_refuses_the_rest():
     assert back[9].shape == (0, 3) and back[10].dtype == torch.bfloat16
     with pytest.raises(wire.WireError, match="not data"):
         wire.encode([object()])
+
+    def one_buffer(n):  # a stream that overwrites one buffer: each block crosses as it was yielded
+        buffer = torch.zeros(2)
+        for i in range(n):
+            buffer.fill_(i)
+            yield buffer
+    obj, buffers = wire.encode({"blocks": one_buffer(3)})
+    blocks = wire.decode(json.loads(json.dumps(obj)), buffers, lambda h: h)["blocks"]
+    assert not isinstance(blocks, list) and [b.tolist() for b in blocks] == [[0, 0], [1, 1], [2, 2]]
     for bad in ({"$t": 0, "dtype": "float32", "shape": [4]}, {"$t": 0, "dtype": "object", "shape": [1]},
                 {"$a": 0, "dtype": "O", "shape": [1]}, {"$zz": 1}, {"$t": 5, "dtype": "float32", "shape": [1]}):
         with pytest.raises(wire.WireError):

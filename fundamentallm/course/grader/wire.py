@@ -7,7 +7,9 @@ checks exchange with a student's function: ``None``, bools, ints, floats, string
 dicts (keys of these types), sets, NumPy arrays and torch tensors of numeric or boolean dtypes
 (sent as their raw bytes), CPU ``torch.Generator`` objects (sent as their state) and records
 (a dataclass instance such as a ``TransformerConfig``, or a ``types.SimpleNamespace``: sent as its
-fields, received as a ``SimpleNamespace``, which has no behaviour). Anything else crosses as a
+fields, received as a ``SimpleNamespace``, which has no behaviour), and Python generators of data
+(drained as they are sent, each item encoded when it is yielded, received as an iterator over the
+items: a stream of blocks that reuses one buffer arrives as the blocks it yielded). Anything else crosses as a
 *handle* (``{"$h": id}``): an object that stays in the worker and whose methods the grader calls
 through a proxy.
 
@@ -97,6 +99,8 @@ def encode(value: Any, to_handle: Optional[Callable[[Any], int]] = None) -> tupl
             return {"$tu": [enc(x, depth + 1) for x in v]}
         if type(v) in (set, frozenset):
             return {"$s": [enc(x, depth + 1) for x in v]}
+        if isinstance(v, types.GeneratorType):  # drained here: each item encoded as it is yielded
+            return {"$it": [enc(x, depth + 1) for x in v]}
         if type(v) in (dict, collections.OrderedDict):  # a state dict is an OrderedDict
             return {"$d": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
         if type(v) is types.SimpleNamespace or (dataclasses.is_dataclass(v) and not isinstance(v, type)):
@@ -171,6 +175,8 @@ def decode(obj: Any, buffers: list[bytes], from_handle: Callable[[int], Any]) ->
             return tuple(dec(x, depth + 1) for x in _list(o["$tu"]))
         if "$s" in o:
             return {_hashable(dec(x, depth + 1)) for x in _list(o["$s"])}
+        if "$it" in o:
+            return iter([dec(x, depth + 1) for x in _list(o["$it"])])
         if "$d" in o:
             out = {}
             for pair in _list(o["$d"]):
