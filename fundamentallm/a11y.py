@@ -72,13 +72,15 @@ _SYMBOLS = {"cdot": "·", "times": "×", "le": "≤", "leq": "≤", "ge": "≥",
             "to": "→", "rightarrow": "→", "infty": "∞", "pm": "±", "ell": "ℓ", "alpha": "α", "beta": "β",
             "gamma": "γ", "theta": "θ", "lambda": "λ", "mu": "μ", "sigma": "σ", "tau": "τ", "eta": "η",
             "epsilon": "ε", "varepsilon": "ε", "Delta": "Δ", "nabla": "∇", "log": "log", "exp": "exp",
-            "quad": " ", ",": " ", "left": "", "right": ""}
+            "quad": " ", ",": " ", "left": "", "right": "", "partial": "∂", "rho": "ρ", "pi": "π",
+            "omega": "ω", "phi": "φ", "psi": "ψ", "sum": "Σ", "prod": "Π", "lVert": "‖", "rVert": "‖"}
 
 
 def _clean(text: str) -> str:
     """Matplotlib mathtext ($\\alpha$, $\\times$) to readable text, whitespace collapsed."""
     text = re.sub(r"\$([^$]*)\$", lambda m: re.sub(r"\\(mathrm|mathdefault|text|mathbf|mathit)\{([^}]*)\}", r"\2",
                                                     m.group(1)), text)
+    text = text.replace("\\|", "‖").replace("\\,", " ").replace("\\;", " ")
     text = re.sub(r"\\sqrt\{([^}]*)\}", r"sqrt(\1)", text)
     text = re.sub(r"\\frac\{([^}]*)\}\{([^}]*)\}", r"(\1)/(\2)", text)
     text = re.sub(r"\\([A-Za-z]+)", lambda m: _SYMBOLS.get(m.group(1), m.group(1)), text)
@@ -251,7 +253,8 @@ def describe_figure(fig) -> str:
 
 
 _RAW_TEX = re.compile(r"\\[A-Za-z]+|\$|[_^]\{|[{}]")
-_REPEATED = re.compile(r"\b([A-Za-z]{2,}(?:\W+[A-Za-z]{2,})?)\W+\1\b", re.I)
+# a word or two said twice in a row ("rows (rows)"), not across the items of a list ("SFT, SFT (short)")
+_REPEATED = re.compile(r"\b([A-Za-z]{2,}(?:[^\w,;]+[A-Za-z]{2,})?)[^\w,;]+\1\b", re.I)
 
 
 def alt_text_problems(alt: str, limit: int = MAX_ALT + 10) -> list[str]:

@@ -183,7 +183,7 @@ def test_descriptions_state_the_finding_first_without_tex_repeats_or_length():
     fig.canvas.draw()
     text = describe_figure(fig)
     plt.close(fig)
-    assert text.startswith("Sqrt(d) scaling: |∇_W L| peaks at 0 at ℓ 4. Largest: a (3), smallest: b (1)."), text
+    assert text.startswith("Sqrt(d) scaling: ‖∇_W L‖ peaks at 0 at ℓ 4. Largest: a (3), smallest: b (1)."), text
     assert not alt_text_problems(text), (alt_text_problems(text), text)
     fig, ax = plt.subplots()
     ax.plot(x, x, label="pre-LN")
