@@ -1,6 +1,8 @@
 """Generation speed: tokens/s with and without the KV cache, next to Hugging Face's ``generate``.
 
-Batch 1, greedy decoding from a 16-token prompt, random weights (nothing downloaded):
+Greedy decoding from a 16-token prompt per sequence, random weights (nothing downloaded), at
+batch 1 and at batch 8 (``--batch``; eight different prompts of the same length, so no padding;
+tokens/s counts every sequence's tokens):
 
 * ``tiny``: ``TransformerConfig.preset("tiny")`` (d_model 256, 6 layers, 8 heads, vocab 256),
   500 new tokens (``max_seq_len`` raised to 1024 so that prompt + 500 tokens fit);
@@ -20,7 +22,14 @@ and with the Hugging Face model's ``generate`` (``GPT2LMHeadModel`` or ``LlamaFo
 cache's bytes per token are reported (ours stores only the key/value heads, as HF's does). Implementations are interleaved
 in each repetition so that a change in machine load hits them alike; the figure is the median.
 
-Run:  python benchmarks/generation.py [--repeats 3] [--sizes tiny gpt2]
+Without the KV cache (recomputation) is measured at batch 1 only. ``--profile`` adds where the
+time of one cached token goes, for ours and HF's (torch.profiler: matrix products, attention, every
+other operator, and the rest -- Python, generation bookkeeping), and the floor the memory puts
+under it: at batch 1 every weight is read once per token, so the weights' bytes divided by the
+rate at which this machine streams memory (measured here: a sum over a tensor larger than the
+caches) bounds the tokens per second of any implementation of the same computation.
+
+Run:  python benchmarks/generation.py [--repeats 3] [--sizes tiny gpt2] [--batch 1 8] [--profile]
 Prints a table, then one JSON line (the last line).
 """
 
@@ -91,7 +100,8 @@ def build_hf(config: TransformerConfig):
     return model
 
 
-def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_repeats: int) -> dict:
+def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_repeats: int,
+               batch: int = 1, profile: bool = False) -> dict:
     if "llama" in SIZES[size]:
         ours, hf = build_llama_pair(size)
     else:
@@ -103,7 +113,7 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
     # A second copy with the decoding layout (wide weights column-major); ``ours`` keeps
     # nn.Linear's default layout, so the table shows what the layout alone is worth.
     fast = optimize_for_decoding(copy.deepcopy(ours))
-    prompt = torch.randint(0, ours.config.vocab_size, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(0, ours.config.vocab_size, (batch, PROMPT_LEN), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(prompt)
 
     def run_cache():
@@ -122,7 +132,7 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
         with torch.inference_mode():
             out = hf.generate(prompt, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
                               do_sample=False, use_cache=True, pad_token_id=0)
-        assert out.shape == (1, PROMPT_LEN + n), out.shape
+        assert out.shape == (batch, PROMPT_LEN + n), out.shape
         return out
 
     # Warm-up (allocator, thread pool, HF's first-call set-up) on a few tokens.
@@ -130,7 +140,7 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
     generate(fast, prompt, 4, greedy=True)
     hf.generate(prompt, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
     runs = {"ours_cache": run_cache, "hf_cache": run_hf, "ours_cache_default_layout": run_cache_default_layout}
-    if not skip_recompute:
+    if not skip_recompute and batch == 1:
         runs["ours_recompute"] = run_recompute
         runs["ours_recompute_default_layout"] = run_recompute_default_layout
     times: dict[str, list[float]] = {k: [] for k in runs}
@@ -142,8 +152,8 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
             t0 = time.perf_counter()
             outputs[name] = fn()
             times[name].append(time.perf_counter() - t0)
-            print(f"  {size} {name:25s} run {r}: {times[name][-1]:7.2f} s  "
-                  f"({n / times[name][-1]:7.1f} tok/s, load {os.getloadavg()[0]:.2f})", flush=True)
+            print(f"  {size} batch {batch} {name:25s} run {r}: {times[name][-1]:7.2f} s  "
+                  f"({batch * n / times[name][-1]:7.1f} tok/s, load {os.getloadavg()[0]:.2f})", flush=True)
     # The cache changes only the speed: greedy tokens must be identical.
     if "ours_recompute" in outputs:
         assert torch.equal(outputs["ours_cache"], outputs["ours_recompute"]), \
@@ -153,18 +163,19 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
     assert torch.equal(outputs["ours_cache"], outputs["ours_cache_default_layout"]), \
         "greedy tokens differ between the two weight layouts"
     same_as_hf = torch.equal(outputs["ours_cache"], outputs["hf_cache"])  # near-ties may flip an argmax
-    result = {"size": size, "params": ours.num_parameters(),
+    result = {"size": size, "batch": batch, "params": ours.num_parameters(),
               "hf_params": sum(p.numel() for p in hf.parameters()),
               "new_tokens": n, "prompt_len": PROMPT_LEN, "same_tokens_as_hf": same_as_hf,
               "num_heads": ours.config.num_heads, "num_kv_heads": ours.config.kv_heads,
               # K and V of every layer for one position, batch 1 (HF's cache stores the same per
               # token; ours is allocated for max_seq_len positions up front)
               "kv_cache_bytes_per_token": ours.make_kv_cache(1).bytes_per_token(),
+              "weight_bytes": sum(p.numel() * p.element_size() for p in ours.parameters()),
               "kv_cache_bytes_if_mha": ours.make_kv_cache(1).bytes_per_token() * ours.config.num_heads
               // ours.config.kv_heads}
     for name, ts in times.items():
         med = statistics.median(ts)
-        result[f"{name}_tok_s"] = round(n / med, 2)
+        result[f"{name}_tok_s"] = round(batch * n / med, 2)
         result[f"{name}_runs_s"] = [round(t, 3) for t in ts]
     if "ours_recompute_tok_s" in result:
         result["cache_speedup"] = round(result["ours_cache_tok_s"] / result["ours_recompute_tok_s"], 2)
@@ -172,7 +183,62 @@ def bench_size(size: str, n: int, repeats: int, skip_recompute: bool, recompute_
             result["ours_cache_default_layout_tok_s"] / result["ours_recompute_default_layout_tok_s"], 2)
     result["vs_hf"] = round(result["ours_cache_tok_s"] / result["hf_cache_tok_s"], 3)
     result["default_layout_vs_hf"] = round(result["ours_cache_default_layout_tok_s"] / result["hf_cache_tok_s"], 3)
+    if profile:
+        result["profile_ms_per_step"] = {"ours_cache": time_split(run_cache, n), "hf_cache": time_split(run_hf, n)}
     return result
+
+
+# Where a decoding step's time goes: torch.profiler's operators, grouped.
+GROUPS = {"matrix products": ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul"),
+          "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_softmax")}
+
+
+def time_split(fn, n: int) -> dict:
+    """Milliseconds per decoding step (one new token per sequence) of ``fn``, split into the
+    operator groups above, every other operator, and the rest (wall time outside any operator:
+    Python and the generation loop's bookkeeping). Self times, so nothing is counted twice."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t0
+    split = dict.fromkeys((*GROUPS, "other operators"), 0.0)
+    for event in prof.key_averages():
+        if not event.key.startswith("aten::"):
+            continue
+        group = next((g for g, names in GROUPS.items() if event.key in names), "other operators")
+        split[group] += event.self_cpu_time_total / 1e3
+    split["outside operators"] = wall * 1e3 - sum(split.values())
+    split["total (profiled)"] = wall * 1e3
+    return {k: round(v / n, 3) for k, v in split.items()}
+
+
+def stream_gb_s(repeats: int = 5) -> float:
+    """The rate (GB/s) at which this machine reads memory with torch's threads: the best of
+    ``repeats`` sums over a 512 MiB float32 tensor, larger than any CPU cache."""
+    x = torch.ones(128 * 2**20)
+    x.sum()
+    best = min(_timed(x.sum) for _ in range(repeats))
+    return x.numel() * x.element_size() / best / 1e9
+
+
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache's size in bytes (Linux's /sys), or 0 where it cannot be read."""
+    import glob
+
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        text = open(path).read().strip()
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes, default=0)
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -185,6 +251,10 @@ def main() -> None:
     parser.add_argument("--gpt2-recompute-repeats", type=positive_int, default=1,
                         help="repetitions of the slow no-cache run at GPT-2 size")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--batch", nargs="+", type=positive_int, default=[1, 8],
+                        help="batch sizes (default: 1 8)")
+    parser.add_argument("--profile", action="store_true",
+                        help="add where a cached step's time goes, and the memory's floor at batch 1")
     parser.add_argument("--save", default=None, metavar="PATH",
                         help="also write the JSON result to PATH (e.g. fundamentallm/results/NAME.json)")
     args = parser.parse_args()
@@ -194,12 +264,17 @@ def main() -> None:
 
     load_start = os.getloadavg()
     results = []
-    for size in args.sizes or list(SIZES):
+    gb_s = stream_gb_s() if args.profile else None
+    for size, batch in [(s, b) for s in args.sizes or list(SIZES) for b in args.batch]:
         r = bench_size(size, args.new_tokens or SIZES[size]["new_tokens"], args.repeats, args.skip_recompute,
-                       args.repeats if size == "tiny" else args.gpt2_recompute_repeats)
+                       args.repeats if size == "tiny" else args.gpt2_recompute_repeats, batch, args.profile)
+        if gb_s and batch == 1 and r["weight_bytes"] > last_level_cache_bytes():
+            # every weight read from memory once per token: no implementation of this computation
+            # is faster (a model whose weights fit in the cache has no such floor)
+            r["memory_floor_tok_s"] = round(gb_s * 1e9 / r["weight_bytes"], 1)
         results.append(r)
         rec = "ours_recompute_tok_s" in r
-        print(f"{size:5s} params={r['params'] / 1e6:.2f}M new_tokens={r['new_tokens']} "
+        print(f"{size:5s} batch {batch} params={r['params'] / 1e6:.2f}M new_tokens={r['new_tokens']} "
               f"KV cache {r['kv_cache_bytes_per_token'] / 1024:.0f} KiB/token "
               f"({r['num_kv_heads']} of {r['num_heads']} heads; MHA {r['kv_cache_bytes_if_mha'] / 1024:.0f}): "
               f"decoding layout: cache {r['ours_cache_tok_s']:.1f} tok/s"
@@ -208,8 +283,13 @@ def main() -> None:
               + (f", recompute {r['ours_recompute_default_layout_tok_s']:.1f} "
                  f"(x{r['cache_speedup_default_layout']})" if rec else "")
               + f" | HF {r['hf_cache_tok_s']:.1f} tok/s (ours/HF {r['vs_hf']}, "
-              f"default layout/HF {r['default_layout_vs_hf']})", flush=True)
+              f"default layout/HF {r['default_layout_vs_hf']})"
+              + (f" | memory floor {r['memory_floor_tok_s']:.1f} tok/s" if "memory_floor_tok_s" in r else ""),
+              flush=True)
+        for name, split in r.get("profile_ms_per_step", {}).items():
+            print(f"      {name:10s} ms per step: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items()), flush=True)
     out = {"benchmark": "generation", "results": results, "threads": torch.get_num_threads(),
+           "memory_read_gb_s": round(gb_s, 2) if gb_s else None,
            "torch": torch.__version__, "transformers": transformers.__version__,
            "loadavg_start": [round(x, 2) for x in load_start],
            "loadavg_end": [round(x, 2) for x in os.getloadavg()]}

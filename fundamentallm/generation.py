@@ -39,8 +39,10 @@ from typing import Any, Optional, Protocol, Union, runtime_checkable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from .norms import LayerNorm, RMSNorm
 from .sampling import (  # noqa: F401  (re-exported: fundamentallm.generation is where they were)
     SamplingConfig,
     _check_finite_logits,
@@ -323,6 +325,23 @@ def _stream(model, ids, squeeze, max_new_tokens, sampling, use_cache, stop_ids, 
             kv_cache.free()
 
 
+class _FusedLayerNorm(LayerNorm):
+    """:class:`~fundamentallm.norms.LayerNorm` computed by ``F.layer_norm`` (the same formula)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
+
+
+class _FusedRMSNorm(RMSNorm):
+    """:class:`~fundamentallm.norms.RMSNorm` computed by ``F.rms_norm`` (the same formula)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (self.dim,), self.weight, self.eps)
+
+
+_FUSED_NORMS = {LayerNorm: _FusedLayerNorm, RMSNorm: _FusedRMSNorm}
+
+
 def optimize_for_decoding(model: nn.Module) -> nn.Module:
     """Store every ``nn.Linear`` weight that is wider than it is tall column-major, for fast
     one-token decoding on a CPU. Changes ``model`` in place and returns it.
@@ -336,12 +355,20 @@ def optimize_for_decoding(model: nn.Module) -> nn.Module:
     weights that layout: each stays a ``(out, in)`` parameter with the same values, only its
     strides change (``W.t().contiguous().t()``). Parameters, weight tying, ``state_dict``,
     checkpoints and training are unaffected; outputs equal the original up to float rounding.
-    ``benchmarks/generation.py`` measures the effect.
+
+    The package's LayerNorm and RMSNorm compute their formula step by step (a mean, a difference,
+    a square, a second mean, ...: about ten small operations per call, each dispatched from
+    Python); here each computes the same formula with PyTorch's fused kernel
+    (``F.layer_norm``/``F.rms_norm``), which at batch 1 of a small model is a sizeable share of a
+    step. ``benchmarks/generation.py`` measures the effect.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     with torch.no_grad():
         for module in model.modules():
+            fused = _FUSED_NORMS.get(type(module))
+            if fused is not None:
+                module.__class__ = fused  # same parameters and state_dict, one kernel per call
             if not isinstance(module, nn.Linear):
                 continue
             w = module.weight

@@ -138,8 +138,18 @@ def test_train_budget_rejects_unknown_fields(tmp_path):
 
 def test_generation_benchmark_runs_at_the_tiny_size(tmp_path):
     out = run_script("generation.py", "--sizes", "tiny", "--new-tokens", "6", "--repeats", "1",
-                     "--threads", "1", tmp_path=tmp_path)
-    (result,) = out["results"]
+                     "--threads", "1", "--batch", "1", "3", "--profile", tmp_path=tmp_path)
+    result, batched = out["results"]
+    assert (result["batch"], batched["batch"]) == (1, 3)
+    # without the cache at batch 1 only; tokens/s counts every sequence's tokens
+    assert "ours_recompute_tok_s" not in batched and batched["ours_cache_tok_s"] > 0 and batched["vs_hf"] > 0
+    for r in (result, batched):  # where a step's time goes, in parts that add up to the whole
+        for split in r["profile_ms_per_step"].values():
+            parts = [v for k, v in split.items() if k != "total (profiled)"]
+            assert abs(sum(parts) - split["total (profiled)"]) < 0.01 * split["total (profiled)"] + 0.01
+            assert split["matrix products"] > 0
+    assert out["memory_read_gb_s"] > 0
+    assert result["weight_bytes"] == 4 * result["params"]
     assert result["size"] == "tiny" and result["new_tokens"] == 6
     assert result["params"] == result["hf_params"]
     for key in ("ours_cache_tok_s", "ours_cache_default_layout_tok_s", "ours_recompute_tok_s",
@@ -288,7 +298,7 @@ def test_chapter_times_reports_each_notebook(tmp_path):
 
 def test_generation_benchmark_runs_at_the_tiny_gqa_size(tmp_path):
     out = run_script("generation.py", "--sizes", "tiny-gqa", "--new-tokens", "6", "--repeats", "1",
-                     "--threads", "1", "--skip-recompute", tmp_path=tmp_path)
+                     "--threads", "1", "--skip-recompute", "--batch", "1", tmp_path=tmp_path)
     (result,) = out["results"]
     assert result["params"] == result["hf_params"] and result["same_tokens_as_hf"]
     assert (result["num_heads"], result["num_kv_heads"]) == (8, 2)

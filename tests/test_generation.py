@@ -19,6 +19,7 @@ from fundamentallm.generation import (
     top_k_filter,
     top_p_filter,
 )
+from fundamentallm.norms import LayerNorm, RMSNorm
 
 NEG_INF = float("-inf")
 
@@ -227,7 +228,8 @@ def test_greedy_with_cache_equals_recompute(overrides):
     assert len(set(seq[:, 5:].flatten().tolist())) > 3  # non-trivial sequences
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(pos_encoding="rope", activation="swiglu", bias=False)])
+@pytest.mark.parametrize("overrides", [dict(), dict(pos_encoding="rope", activation="swiglu", bias=False,
+                                                     norm="rmsnorm")])
 def test_optimize_for_decoding_changes_only_the_layout(overrides, tmp_path):
     from fundamentallm import load_checkpoint, save_checkpoint
 
@@ -242,6 +244,16 @@ def test_optimize_for_decoding_changes_only_the_layout(overrides, tmp_path):
             assert b.weight.shape == a.weight.shape, name
             assert b.weight.t().is_contiguous() == wide and b.weight.is_contiguous() != wide, name
     assert fast.lm_head.weight is fast.token_embedding.weight  # still tied
+    # Each norm is still the package's class, computed by one fused PyTorch function.
+    norms = [m for m in fast.modules() if isinstance(m, (LayerNorm, RMSNorm))]
+    assert len(norms) == len([m for m in model.modules() if isinstance(m, (LayerNorm, RMSNorm))]) > 0
+    fused = "rms_norm" if overrides.get("norm") == "rmsnorm" else "layer_norm"
+    for slow_norm, fast_norm in zip([m for m in model.modules() if isinstance(m, (LayerNorm, RMSNorm))], norms):
+        x = torch.randn(3, fast_norm.dim)
+        with _FunctionNames() as seen:
+            y = fast_norm(x)
+        assert seen.names == [fused], seen.names
+        torch.testing.assert_close(y, slow_norm(x))
     for key, value in model.state_dict().items():
         assert torch.equal(fast.state_dict()[key], value), key
     assert len(list(fast.parameters())) == len(list(model.parameters()))
@@ -265,6 +277,18 @@ def test_optimize_for_decoding_changes_only_the_layout(overrides, tmp_path):
     loss.backward()
     opt.step()
     assert all(torch.isfinite(p).all() for p in fast.parameters())
+
+
+class _FunctionNames(torch.overrides.TorchFunctionMode):
+    """The names of the torch functions called inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
 
 
 def test_optimize_for_decoding_rejects_non_modules():
