@@ -51,7 +51,7 @@ from record import save_result  # benchmarks/record.py (the script's folder is o
 from fundamentallm import TransformerConfig
 from fundamentallm.cli import nonneg_int, positive_int
 from fundamentallm.data import load_corpus, train_val_split
-from fundamentallm.recipes import BUDGET
+from fundamentallm.recipes import BUDGET, configs
 from fundamentallm.speedrun import (  # the rule's run, shared with `python -m fundamentallm record try`
     build_trainer,
     choose_threads,
@@ -76,6 +76,13 @@ def recipe_arg(name: str) -> str:
         return recipe_variant(name)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def compiles(name: str, train_over: dict) -> bool:
+    """Whether recipe (or variant) ``name`` trains with torch.compile, after ``--set``'s overrides."""
+    base, *sets = name.split("+")
+    return bool(configs(base, 2, train={**parse_overrides([x for x in sets if x])[1], **train_over})[1]
+                .get("compile"))
 
 
 def threads_arg(text: str):
@@ -205,6 +212,9 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true",
                         help="also train the baseline, alternating every 100 steps with the other "
                              "recipe(s), so that all speeds are measured under the same machine load")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="also train every recipe that uses torch.compile without it (NAME+compile=False), "
+                             "in the same interleaved run: the row for a machine without a C++ compiler")
     parser.add_argument("--seeds", type=positive_int, default=1,
                         help="train with seeds SEED, SEED+1, ... and report each, the mean and the sd")
     parser.add_argument("--profile", type=positive_int, default=None, metavar="STEPS",
@@ -240,6 +250,11 @@ def main() -> None:
         model_over, train_over = parse_overrides(args.set)
     except ValueError as err:
         raise SystemExit(str(err)) from None
+    if args.no_compile:
+        compiled = [n for n in names if compiles(n, train_over)]
+        if not compiled:
+            raise SystemExit(f"--no-compile: none of {names} uses torch.compile")
+        names += [f"{n}+compile=False" for n in compiled]
     if not args.profile:
         seeds = [args.seed + i for i in range(args.seeds)]
         try:

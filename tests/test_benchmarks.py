@@ -136,6 +136,16 @@ def test_train_budget_rejects_unknown_fields(tmp_path):
     assert proc.returncode != 0 and "unknown field 'learning_rate'" in proc.stderr
 
 
+def test_train_budget_no_compile_needs_a_compiled_recipe(tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "train_budget.py"), "--steps", "1", "--recipe", "ours",
+                           "--no-compile"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode != 0 and "--no-compile: none of ['ours'] uses torch.compile" in proc.stderr
+    # a variant that already turns the compiler off has no uncompiled twin to add
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "train_budget.py"), "--steps", "1", "--recipe",
+                           "record+compile=False", "--no-compile"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode != 0 and "uses torch.compile" in proc.stderr
+
+
 def test_generation_benchmark_runs_at_the_tiny_size(tmp_path):
     out = run_script("generation.py", "--sizes", "tiny", "--new-tokens", "6", "--repeats", "1",
                      "--threads", "1", "--batch", "1", "3", "--profile", tmp_path=tmp_path)
