@@ -240,7 +240,11 @@ def describe_figure(fig) -> str:
     budget = max(MAX_ALT - len(" ".join(head)) - 1, 60)
     if not many:
         title, _, short, details = described[0]
-        first = f"{title}: {short}" if title and short else title or short
+        # the panel's title and axes, or as much of them as fits after a long hand-written finding
+        options = [f"{title}: {short}" if title and short else title or short, short, title]
+        first = next((o for o in options if o and len(o) + 1 <= budget), "")
+        if not first:
+            return " ".join(head)
         body = [first[:1].upper() + first[1:]] + _fit(details, budget - len(first) - 2)
         return " ".join(head + ["; ".join(body) + "."])
     shown = described[:MAX_PANELS]

@@ -69,6 +69,17 @@ def test_a_hand_written_description_comes_first_and_must_be_text():
     with pytest.raises(ValueError, match="text must be a non-empty string"):
         set_alt_text(fig, "  ")
     plt.close(fig)
+    # A long finding and a long title: the title and axes give way, the whole stays in the limit.
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [3, 1, 2], label="validation")
+    ax.set(title="Validation loss of every recipe at every step of the run " * 2, xlabel="step", ylabel="loss")
+    finding = ("The record's validation loss ends lowest, below the baseline's at every step of the run and "
+               "below the course's own recipe from the first evaluation on, by a margin that grows with training.")
+    set_alt_text(fig, finding)
+    text = describe_figure(fig)
+    assert text.startswith(" ".join(finding.split())) and len(text) <= 260 and not alt_text_problems(text), text
+    assert "Line plot" in text and "step" in text.split(". ", 1)[-1], text  # the axes still fit
+    plt.close(fig)
 
 
 def test_the_description_travels_inside_the_png_unchanged():
