@@ -5,6 +5,7 @@ own solution cells (run through the course tool), so no solution is written here
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -16,15 +17,23 @@ from fundamentallm import checks
 from fundamentallm.checks import CheckFailed, exercise_check
 from fundamentallm.checks.core import FORBIDDEN
 
-# (check, answer that uses a forbidden call, the name the message must give)
+# (check, answer that uses a forbidden call, the name the message must give: the name the answer
+# used, and the forbidden name it is an alias of)
+_SOFTMAX_AS = " (torch.softmax under another name)"
 FORBIDDEN_CASES = [
     ("check_softmax_rows", lambda x: torch.softmax(x, -1), "torch.softmax"),
-    ("check_softmax_rows", lambda x: x.softmax(-1), "torch.softmax"),
-    ("check_softmax_rows", lambda x: torch.Tensor.softmax(x, -1), "torch.softmax"),
-    ("check_softmax_rows", lambda x: F.softmax(x, dim=-1), "torch.softmax"),
-    ("check_softmax_rows", lambda x: torch.nn.functional.softmax(x, -1), "torch.softmax"),
-    ("check_softmax_rows", lambda x: torch.special.softmax(x, -1), "torch.softmax"),
-    ("check_softmax_rows", lambda x: torch.nn.Softmax(dim=-1)(x), "torch.softmax"),
+    ("check_softmax_rows", lambda x: torch._C._VariableFunctions.softmax(x, -1), "torch.softmax"),  # the same object
+    ("check_softmax_rows", lambda x: x.softmax(-1), "torch.Tensor.softmax" + _SOFTMAX_AS),
+    ("check_softmax_rows", lambda x: torch.Tensor.softmax(x, -1), "torch.Tensor.softmax" + _SOFTMAX_AS),
+    ("check_softmax_rows", lambda x: F.softmax(x, dim=-1), "torch.nn.functional.softmax" + _SOFTMAX_AS),
+    ("check_softmax_rows", lambda x: torch.nn.functional.softmax(x, -1), "torch.nn.functional.softmax" + _SOFTMAX_AS),
+    ("check_softmax_rows", lambda x: torch.special.softmax(x, -1), "torch.special.softmax" + _SOFTMAX_AS),
+    ("check_softmax_rows", lambda x: torch.nn.Softmax(dim=-1)(x), "torch.nn.functional.softmax" + _SOFTMAX_AS),
+    ("check_softmax_rows", lambda x: torch.ops.aten.softmax(x, -1), "torch.ops.aten.softmax" + _SOFTMAX_AS),
+    ("check_softmax_rows", lambda x: torch.ops.aten.softmax.int(x, -1), "torch.ops.aten.softmax.int" + _SOFTMAX_AS),
+    ("check_softmax_rows", lambda x: torch._softmax(x, -1, False), "torch._softmax" + _SOFTMAX_AS),
+    ("check_softmax_rows", lambda x: torch.ops.aten._softmax.default(x, -1, False),
+     "torch.ops.aten._softmax.default" + _SOFTMAX_AS),
     ("check_make_causal_mask", lambda T: __import__("fundamentallm.attention", fromlist=["x"]).causal_mask(T),
      "fundamentallm.attention.causal_mask"),
     ("check_entropy_from_scores", lambda s: torch.special.entr(torch.exp(s - s.logsumexp(-1, keepdim=True))).sum(-1),
@@ -35,7 +44,7 @@ FORBIDDEN_CASES = [
      "torch.nn.functional.gelu"),
     ("check_cross_entropy_grad", lambda z, y, ignore_index=-100: F.cross_entropy(z, y, ignore_index=ignore_index),
      "torch.nn.functional.cross_entropy"),
-    ("check_cross_entropy_grad", lambda z, y, ignore_index=-100: z.softmax(-1), "torch.softmax"),
+    ("check_cross_entropy_grad", lambda z, y, ignore_index=-100: z.softmax(-1), "torch.Tensor.softmax" + _SOFTMAX_AS),
     ("check_top_p_filter", lambda z, p: __import__("fundamentallm.generation", fromlist=["x"]).top_p_filter(z, p),
      "fundamentallm.generation.top_p_filter"),
     ("check_rotate_half", lambda x: __import__("fundamentallm.positions", fromlist=["x"]).rotate_half(x),
@@ -49,9 +58,35 @@ FORBIDDEN_CASES = [
 @pytest.mark.parametrize("name, answer, call", FORBIDDEN_CASES,
                          ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(FORBIDDEN_CASES)])
 def test_forbidden_call_fails_with_a_clear_message(name, answer, call):
-    with pytest.raises(CheckFailed, match=f"asks you not to use {call}"):
+    with pytest.raises(CheckFailed, match=f"asks you not to use {re.escape(call)};"):
         checks.CHECKS[name](answer)
     assert sys.getprofile() is None
+
+
+@pytest.mark.parametrize("names", [("torch.ops.aten.gelu", "torch.nn.functional.gelu"),
+                                   ("torch.nn.functional.gelu", "torch.ops.aten.gelu"), ("torch.nn.functional.gelu",)])
+def test_a_refusal_names_what_the_student_called_whatever_the_order_of_the_forbidden_names(names):
+    """torch's other names for a forbidden function are derived from it (core._aliases): each
+    refusal names the function the answer called, listed or derived, in any order."""
+    @exercise_check(forbidden=names)
+    def check_core_demo_gelu(fn):
+        checks.assert_same(fn(torch.ones(3)), F.gelu(torch.ones(3)))
+
+    listed = "torch.ops.aten.gelu" in names
+    try:
+        for answer, used in ((lambda x: torch.ops.aten.gelu(x), "torch.ops.aten.gelu"),
+                             (lambda x: torch.ops.aten.gelu.default(x), "torch.ops.aten.gelu.default"),
+                             (lambda x: torch._C._nn.gelu(x), "torch.nn.functional.gelu"),  # the same object
+                             (lambda x: F.gelu(x), "torch.nn.functional.gelu")):
+            alias = used != "torch.nn.functional.gelu" and not (listed and used == "torch.ops.aten.gelu")
+            if listed and used == "torch.ops.aten.gelu.default":
+                alias = False  # an overload of a listed operator: its own name, no alias note
+            message = re.escape(used + (" (torch.nn.functional.gelu under another name)" if alias else "")) + ";"
+            with pytest.raises(CheckFailed, match="asks you not to use " + message):
+                check_core_demo_gelu(answer)
+    finally:
+        checks.CHECKS.pop("check_core_demo_gelu", None)
+        FORBIDDEN.pop("check_core_demo_gelu", None)
 
 
 def test_wrapping_the_reference_through_an_alias_fails():
@@ -147,7 +182,7 @@ def test_exercise_check_with_and_without_arguments():
     try:
         assert check_core_demo_bare(lambda x: x * 2) is True
         assert check_core_demo_forbidden(lambda x: x * x) is True
-        with pytest.raises(CheckFailed, match="not to use torch.square"):
+        with pytest.raises(CheckFailed, match=r"not to use torch\.Tensor\.square \(torch\.square under another name\)"):
             check_core_demo_forbidden(lambda x: x.square())
         assert FORBIDDEN["check_core_demo_forbidden"] == ("torch.square",)
     finally:

@@ -17,9 +17,8 @@ from .core import (
     rng,
 )
 
-# torch's softmax kernels under their other names (torch._softmax, torch.ops.aten.*), besides the
-# public torch.softmax / log_softmax and their aliases. Listed first: a later name's aliases take
-# its label, so the public names come last and a student who wrote torch.softmax is told so.
+# torch.softmax also refuses torch.ops.aten.softmax, torch._softmax ... (each under its own name);
+# the kernels no public name leads to are listed in checks/kernels.py.
 _SOFTMAX_KERNELS = SOFTMAX_KERNELS
 
 
@@ -100,8 +99,8 @@ def _reference_attention(q, k, v, mask=None):
     return w @ v, w
 
 
-# torch.ops.aten's attention operators (those this torch version has): the kernels behind
-# F.scaled_dot_product_attention and nn.MultiheadAttention, callable directly.
+# torch.ops.aten's attention kernels behind F.scaled_dot_product_attention and nn.MultiheadAttention
+# that no public name leads to (torch.ops.aten.scaled_dot_product_attention is refused with its public name).
 _ATEN_ATTENTION = ATEN_ATTENTION
 
 

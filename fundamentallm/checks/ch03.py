@@ -71,12 +71,12 @@ _NO_LOG = ("torch.log", "torch.log2", "torch.log10", "torch.log1p", "torch.xlogy
            "numpy.log2", "numpy.log10", "numpy.log1p")
 
 
-# (as in ch02) torch's softmax kernels under their other names (torch._softmax, torch.ops.aten.*), besides the
-# public torch.softmax / log_softmax and their aliases.
+# torch.softmax also refuses torch.ops.aten.softmax, torch._softmax ... (each under its own name);
+# the kernels no public name leads to are listed in checks/kernels.py.
 _SOFTMAX_KERNELS = SOFTMAX_KERNELS
 
 
-@exercise_check(forbidden=_SOFTMAX_KERNELS + _NO_LOG  # first: a later name's aliases take its label
+@exercise_check(forbidden=_SOFTMAX_KERNELS + _NO_LOG
                 + ("torch.special.entr", "torch.softmax", "torch.log_softmax", "torch.distributions"))
 def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
     """``entropy_from_scores(scores)``: ``(..., T_q, T_k)`` attention scores, ``-inf`` where a key is
@@ -135,8 +135,8 @@ def check_entropy_from_scores(entropy_from_scores: Callable) -> str:
     return f"{len(cases)} fresh sets of scores, masked and large ones included"
 
 
-# torch.ops.aten's attention operators (those this torch version has): the kernels behind
-# F.scaled_dot_product_attention and nn.MultiheadAttention, callable directly.
+# torch.ops.aten's attention kernels behind F.scaled_dot_product_attention and nn.MultiheadAttention
+# that no public name leads to (torch.ops.aten.scaled_dot_product_attention is refused with its public name).
 _ATEN_ATTENTION = ATEN_ATTENTION
 
 

@@ -13,7 +13,7 @@ from .predict import number, require_prediction
 
 # The exercises compute gradients by hand: autograd in any form is forbidden -- reverse mode
 # (torch.autograd.grad, Tensor.backward, torch.autograd.functional), forward mode
-# (torch.autograd.forward_ad) and the function transforms of torch.func (torch._functorch).
+# (torch.autograd.forward_ad) and the function transforms of torch.func (torch._functorch, all of it).
 # The package's finite-difference helper and computer algebra (sympy, mpmath) are forbidden too.
 # A hand-written finite difference is not a call that can be forbidden: every check compares at a
 # tolerance (1e-11 or tighter) that a derived formula meets and an ordinary float64 finite
@@ -22,14 +22,14 @@ from .predict import number, require_prediction
 # The complex step or extended precision would meet it: by_hand=True refuses any complex number or
 # long double the answer computes with. The instructor's reading of the code is the final judge.
 # torch's derivative kernels, the functions autograd itself runs (torch.ops.aten.gelu_backward ...),
-# called directly, are autograd without the tape: listed first (a later name's aliases take its label)
+# called directly, are autograd without the tape. by_hand=True refuses the rest: torch.autograd's
+# functions, Tensor.backward, torch.func's transforms, the package's finite differences, sympy, mpmath.
 _DERIVATIVE_KERNELS = tuple(f"torch.ops.aten.{n}" for n in (
     "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward", "log_sigmoid_backward",
     "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_backward", "nll_loss2d_backward",
     "native_layer_norm_backward", "_fused_rms_norm_backward", "mul_backward", "div_backward",
     "pow_backward", "sqrt_backward", "rsqrt_backward", "exp_backward") if hasattr(torch.ops.aten, n))
-_AUTOGRAD = _DERIVATIVE_KERNELS + ("torch.autograd", "torch._functorch", "torch.Tensor.backward",
-                                   "fundamentallm.gradcheck", "sympy", "mpmath")
+_AUTOGRAD = _DERIVATIVE_KERNELS + ("torch.autograd", "torch._functorch")
 _TOL = 1e-11  # a derivation is exact to about 1e-15 relative; a float64 difference quotient is not
 
 
@@ -160,42 +160,17 @@ def _ch11_slope_grad(got: Any, shape: tuple) -> float:
     return value
 
 
-class _Ch11Slope(float):
-    """The slope handed to the student's function: a float that notes being shifted. A finite
-    difference moves it (``slope + h``, ``slope - h``, also extrapolated over several h); a
-    derivation only multiplies it by the distances."""
-
-    shifted = False
-
-    def _shift(self, result: Any) -> Any:
-        self.shifted = True
-        return result
-
-    def __add__(self, other):  # noqa: D105
-        return self._shift(float(self) + other)
-
-    def __radd__(self, other):  # noqa: D105
-        return self._shift(other + float(self))
-
-    def __sub__(self, other):  # noqa: D105
-        return self._shift(float(self) - other)
-
-    def __rsub__(self, other):  # noqa: D105
-        return self._shift(other - float(self))
-
-
-def _ch11_call_alibi(alibi_slope_grad: Callable, arrays: tuple, slope: float, shape: tuple) -> Any:
-    # through the grader's worker only plain data crosses: there the float cannot watch (a known gap)
-    student = getattr(alibi_slope_grad, "_student_function", alibi_slope_grad)  # exercise_check's wrapper
-    remote = getattr(type(student), "_student_proxy", False)
-    watched = float(slope) if remote else _Ch11Slope(slope)
-    got = alibi_slope_grad(*(t.numpy().copy() for t in arrays), watched)
-    if getattr(watched, "shifted", False):
-        raise CheckFailed(f"inputs of shape {shape}: your function shifted the slope (slope + h or slope - h) "
-                          f"-- that is how a finite difference measures dL/dslope, and this exercise "
-                          f"replaces it by a derivation. Derive it: dS/dslope "
-                          f"is the same for every input, and eq. ch11-attn-backward gives dL/dS")
-    return got
+def _ch11_far_key(rng: np.random.Generator, T: int, slope: float) -> tuple:
+    """(q, k, v, dout) of shape (T, 2) where every query i weighs two keys alike: itself (score B)
+    and key 0, whose score is raised by exactly the penalty slope·i it pays (plus N(0, 1)). The
+    loss then changes over steps of the slope of about 1/i, so a finite difference must take steps
+    far below 1/T, or extrapolate from coarse ones: at T = 160, 6 Richardson levels from a step of
+    0.05 are off by 3e-10 or more (300 seeds); the derivation is exact to rounding (4e-14 or less)."""
+    i, B = np.arange(T), 10.0
+    q = np.stack([np.sqrt(2) * (slope * i + B + rng.standard_normal(T)), np.full(T, np.sqrt(2) * B)], -1)
+    k = np.zeros((T, 2))
+    k[0, 0], k[1:, 1] = 1.0, 1.0
+    return tuple(torch.tensor(a) for a in (q, k, rng.standard_normal((T, 2)), rng.standard_normal((T, 2))))
 
 
 @exercise_check(forbidden=_AUTOGRAD, by_hand=True)
@@ -203,38 +178,46 @@ def check_alibi_slope_grad(alibi_slope_grad: Callable) -> str:
     """``alibi_slope_grad(q, k, v, dout, slope)`` -> the scalar dL/dslope for causal attention
     with ALiBi scores ``q·k / sqrt(D) - slope·(i - j)``, given the upstream gradient ``dout``.
 
-    Derived by hand, not measured: autograd is forbidden, and an ordinary float64 finite difference
-    of the loss fails two ways. On plain inputs the check compares at 1e-11 (a derivation is exact
-    to about 1e-15; a float64 central or five-point difference is off by more than that on some
-    case; the complex step or extended precision would not be, and the check refuses them). Then every value row
-    gets the same large offset c (v_j + c for every key j): out = P v + c, so the loss gains
-    sum(c · dout), a constant that does not depend on the slope, and the exact gradient is
-    unchanged (the softmax backward removes it); a finite difference of the loss, whose value is
-    now about 1e6, loses its digits to rounding (1e-7 or worse at every step size). The slope is
-    handed over as a float that notes a shift (``slope ± h``): a finite difference, even one
-    extrapolated to 1e-13 over several steps on values centred over the keys, is refused (in the
-    notebook: the grader's worker receives plain data, and there the instructor's reading decides)."""
-    cases = [((4, 3), 0.5), ((2, 6, 4), 0.25), ((2, 2, 5, 3), 1.0), ((1, 3), 0.0), ((8, 2), 2.0)]
+    Derived by hand, not measured: autograd is forbidden, and a float64 finite difference of the
+    loss fails. On plain inputs the check compares at 1e-11 (a derivation is exact to about 1e-15; a
+    float64 central or five-point difference is off by more than that on some case; the complex
+    step or extended precision would not be, and the check refuses them). One case has T = 160 and a
+    far key that every query weighs like its own (:func:`_ch11_far_key`): the loss changes over
+    steps of the slope of about 1/160, and a finite difference extrapolated from fixed steps
+    (Richardson, 6 levels from h = 0.05: 1e-13 on the plain cases) is off by 3e-10 or more. Then
+    every value row gets the same large offset c (v_j + c for every key j): out = P v + c, so the
+    loss gains sum(c · dout), a constant that does not depend on the slope, and the exact gradient
+    is unchanged (the softmax backward removes it); a finite difference of the loss, whose value is
+    now about 1e6, loses its digits to rounding (1e-7 or worse at every step size). No special
+    object is handed over: the same inputs and tolerances judge an answer in a reader's kernel and
+    in the grader's worker. (A difference quotient whose step is fitted to each input and
+    extrapolated, on values centred over the keys, can still come close: the instructor's reading
+    of the code decides there.)"""
+    cases = [((4, 3), 0.5), ((2, 6, 4), 0.25), ((2, 2, 5, 3), 1.0), ((1, 3), 0.0), ((8, 2), 2.0), ((160, 2), 2.0)]
     for seed, (shape, slope) in enumerate(cases):
         rng = _ch11_rng(50 + seed)
-        q, k, v, dout = (torch.tensor(rng.standard_normal(shape)) for _ in range(4))
+        far = shape[-2] > 64
+        q, k, v, dout = _ch11_far_key(rng, shape[-2], slope) if far else \
+            (torch.tensor(rng.standard_normal(shape)) for _ in range(4))
         m = torch.tensor(slope, dtype=torch.float64, requires_grad=True)
         (expected,) = torch.autograd.grad(_ch11_alibi_loss(q, k, v, dout, m), m)
-        got = _ch11_slope_grad(_ch11_call_alibi(alibi_slope_grad, (q, k, v, dout), slope, shape), shape)
-        assert_same(np.float64(got), expected, what=f"dL/dslope for inputs of shape {shape}, slope={slope} "
+        got = _ch11_slope_grad(alibi_slope_grad(*(t.numpy().copy() for t in (q, k, v, dout)), slope), shape)
+        where = (" where a far key competes with the nearest, so the loss changes over slope steps of about "
+                 "1/T (a finite difference must resolve them, a derivation need not)") if far else ""
+        assert_same(np.float64(got), expected, what=f"dL/dslope for inputs of shape {shape}, slope={slope}{where} "
                     f"(compared to 1e-11: a derivation is exact to rounding)", rtol=1e-11, atol=1e-11)
         if shape[-2] == 1:
             continue
         offset = 1e6 * torch.tensor(rng.standard_normal(shape[-1]))  # the same for every key
-        got = _ch11_slope_grad(_ch11_call_alibi(alibi_slope_grad, (q, k, v + offset, dout), slope, shape), shape)
+        got = _ch11_slope_grad(alibi_slope_grad(*(t.numpy().copy() for t in (q, k, v + offset, dout)), slope), shape)
         if not abs(got - expected.item()) <= 3e-8 * (1 + abs(expected.item())):
             raise CheckFailed(f"inputs of shape {shape} whose value rows all share one large offset c: "
                               f"your dL/dslope moved by {abs(got - expected.item()):.1e}, but c adds to "
                               f"the loss only sum(c·dout), which does not depend on the slope; a "
                               f"derived gradient stays put (the softmax backward cancels c), a finite "
                               f"difference of the loss loses its digits to rounding -- derive it")
-    return (f"{len(cases)} cases, a zero slope and extra leading axes included, match autograd to 1e-11, "
-            f"and stay put under a large offset shared by the value rows")
+    return (f"{len(cases)} cases, a zero slope, extra leading axes and 160 tokens with a far key included, "
+            f"match autograd to 1e-11, and stay put under a large offset shared by the value rows")
 
 
 def _ch11_gelu_grad(x: np.ndarray) -> np.ndarray:

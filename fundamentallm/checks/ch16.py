@@ -13,12 +13,10 @@ from .predict import choice_answers, int_list, require_prediction
 
 # The exercise asks for the norm written out: torch's and the package's are refused.
 # group_norm with one group, batch_norm on the transpose, instance_norm and rms_norm of the centred
-# stream are a LayerNorm under another name: refused as well. torch.ops.aten's kernels first (a
-# later name's aliases take its label), then the public names.
-_LAYER_NORMS = tuple(f"torch.ops.aten.{n}" for n in (
-    "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm", "native_batch_norm",
-    "_native_batch_norm_legit", "_batch_norm_impl_index", "instance_norm", "rms_norm", "_fused_rms_norm")
-    if hasattr(torch.ops.aten, n)) + (
+# stream are a LayerNorm under another name: refused as well, with torch's other names for each
+# (torch.ops.aten.layer_norm ...) and the kernels no public name leads to.
+_LAYER_NORMS = tuple(f"torch.ops.aten.{n}" for n in ("_native_batch_norm_legit", "_batch_norm_impl_index", "_fused_rms_norm")
+                     if hasattr(torch.ops.aten, n)) + (
     "torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm",
     "torch.nn.functional.rms_norm", "torch.nn.functional.group_norm", "torch.group_norm",
     "torch.native_group_norm", "torch.nn.functional.batch_norm", "torch.batch_norm",

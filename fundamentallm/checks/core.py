@@ -5,16 +5,14 @@ record of forbidden calls (:func:`run_forbidding`), which the worker runs too.
 
 The rest of the checks' machinery lives one idea a module beside it, and is importable from here
 as before: the seeded inputs (:mod:`.seeds`: ``rng``, ``grading_seed``), the call into the
-student's function (:mod:`.runner`: ``exercise_check``, ``collect_passes``), the comparisons
-(:mod:`.compare`: ``assert_same``, ``check_shape`` ...) and torch's kernels under their other
-names (:mod:`.kernels`). Those modules are not mounted in the worker's sandbox, so this one
-imports them on first use only (:func:`__getattr__`).
+student's function (:mod:`.runner`: ``exercise_check``, ``strict`` ...), the comparisons
+(:mod:`.compare`: ``assert_same`` ...) and the kernels no public name leads to (:mod:`.kernels`).
+They are not mounted in the worker's sandbox: this module imports them on first use (:func:`__getattr__`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import importlib
 import importlib.util
@@ -67,36 +65,6 @@ class NotAttempted(CheckFailed):
     instead, so Run All goes on."""
 
 
-# inside strict(), in this context only (a context variable, not a module-level switch: another
-# thread, or code outside the block, is not affected)
-_STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("fundamentallm_checks_strict", default=False)
-
-
-@contextlib.contextmanager
-def strict():
-    """Within the block, checks behave as outside IPython even in a notebook: a stub raises
-    :class:`NotAttempted` and a pass returns ``True`` (nbgrader's check cells use it, since
-    nbgrader gives the points of every cell that raises nothing)."""
-    token = _STRICT.set(True)
-    try:
-        yield
-    finally:
-        _STRICT.reset(token)
-
-
-def in_ipython() -> bool:
-    """Whether the code runs in an IPython shell or kernel (Jupyter, Colab, VS Code), outside
-    :func:`strict`."""
-    if _STRICT.get():
-        return False
-    ipython = sys.modules.get("IPython")
-    get = getattr(ipython, "get_ipython", None)
-    try:
-        return get is not None and get() is not None
-    except Exception:  # a broken IPython import: behave as a script
-        return False
-
-
 # --- Where a frame's code comes from: the checks, a library, or the student -------------------
 
 _CHECKS_DIR = str(Path(__file__).resolve().parent)
@@ -133,9 +101,12 @@ def _file_kind(name: str) -> str:
     return kind
 
 
-def _called_by_student(frame: Optional[types.FrameType]) -> bool:
+def _called_by_student(frame: Optional[types.FrameType], label: str = "") -> bool:
     """Whether the nearest non-library frame at or above ``frame`` is the student's code: a
-    forbidden function called by a library the student called counts, one the check calls does not."""
+    forbidden function called by a library the student called counts, one the check calls does not.
+    A whole package (``label`` "sympy"), which torch itself may use, counts only called directly."""
+    if label and "." not in label:
+        return frame is not None and _frame_kind(frame.f_code) == _STUDENT
     while frame is not None:
         kind = _frame_kind(frame.f_code)
         if kind != _LIBRARY:
@@ -146,9 +117,41 @@ def _called_by_student(frame: Optional[types.FrameType]) -> bool:
 
 # --- Forbidden calls ---------------------------------------------------------------------------
 
-# A forbidden ``torch.X`` also forbids its aliases of the same name in these namespaces.
-_ALIAS_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.special", "torch.linalg",
-                     "torch.fft", "torch._C._nn", "torch._C._special", "torch._C._linalg")
+# A forbidden ``torch.X`` also forbids torch's other names for X, each refused under its own name:
+# X in these namespaces, the operator ``torch.ops.aten.X`` with its overloads (``.default``, ``.int``)
+# and ``special_X`` ... there, the kernel ``_X`` and the in-place ``X_`` (:func:`_aliases`).
+_ALIAS_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft",
+                     "torch.ops.aten", "torch._C._VariableFunctions", "torch._C._nn", "torch._C._special",
+                     "torch._C._linalg", "torch._C._fft")
+# What a by-hand derivation may not call, besides its exercise's names: autograd in every form (reverse
+# and forward mode, torch.func's transforms, the engine they run), a finite-difference helper,
+# computer algebra, and the modules of complex and exact arithmetic.
+NOT_BY_HAND = tuple(f"torch.func.{n}" for n in ("grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd",
+                                                "hessian", "linearize")) + (
+    "torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward", "torch.autograd.functional",
+    "torch.autograd.forward_ad", "torch.autograd.variable.Variable._execution_engine.run_backward",
+    "fundamentallm.gradcheck", "sympy", "mpmath", "cmath", "decimal", "fractions")
+
+
+@functools.cache
+def _namespace(dotted: str) -> Any:
+    try:
+        return _resolve(dotted)
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _aliases(dotted: str) -> tuple[tuple[str, Any], ...]:
+    """(name, object) of torch's other names for the function ``dotted`` of a namespace of
+    :data:`_ALIAS_NAMESPACES` (``torch.softmax``: ``torch.Tensor.softmax``, ``torch.ops.aten.softmax``,
+    ``torch._softmax`` ...), those that exist."""
+    space, short = dotted.rsplit(".", 1)
+    names = [(ns, short) for ns in _ALIAS_NAMESPACES] + [("torch.ops.aten", f"{p}_{short}") for p in ("special", "linalg", "fft")]
+    names += [(ns, f"_{short}") for ns in ("torch", "torch.ops.aten")] + [(ns, f"{short}_") for ns in ("torch", "torch.Tensor", "torch.ops.aten")]
+    found = ((f"{ns}.{name}", getattr(_namespace(ns), name, None)) for ns, name in names)
+    return tuple((name, obj) for name, obj in found if space in _ALIAS_NAMESPACES and name != dotted
+                 and obj is not None and not isinstance(obj, (types.ModuleType, type)))
 
 
 def _unimported_package(dotted: str) -> bool:
@@ -196,29 +199,41 @@ class _Forbidden:
         self.modules: dict[str, str] = {}
         self.dispatchers: dict[tuple[str, str], str] = {}  # (file, name) of a NumPy C function's dispatcher
         self._alive: list[Any] = []
-        for dotted in names:
+        objects = {}
+        for dotted in names:  # the names first, then their aliases: a name keeps its own label
             if _unimported_package(dotted):
-                self.modules[dotted] = dotted
-                continue
-            obj = _resolve(dotted)
-            self._add(dotted, obj)
-            if dotted.startswith("torch.") and not isinstance(obj, types.ModuleType):
-                short = dotted.rsplit(".", 1)[-1]
-                for ns in _ALIAS_NAMESPACES:
-                    with contextlib.suppress(ValueError):
-                        self._add(dotted, _resolve(f"{ns}.{short}"))
+                self.modules.setdefault(dotted, dotted)
+            else:
+                objects[dotted] = _resolve(dotted)
+                self._add(dotted, objects[dotted])
+        for dotted, obj in objects.items():
+            if isinstance(obj, types.ModuleType) and "." in dotted:  # a module's functions, under their own names
+                for name, member in sorted(vars(obj).items()):
+                    if not name.startswith("_") and isinstance(member, (types.FunctionType, types.BuiltinFunctionType)) \
+                            and (getattr(member, "__module__", None) or "").startswith(dotted):  # not an import
+                        self._add(f"{dotted}.{name}", member)
+            elif dotted.startswith("torch."):
+                for alias, member in _aliases(dotted):
+                    self._add(alias, member, dotted)
 
-    def _add(self, label: str, obj: Any) -> None:
+    def _add(self, name: str, obj: Any, origin: str = "") -> None:
+        """Forbid ``obj``, labelled ``name`` (with ``origin``, the forbidden name it is an alias of),
+        unless an earlier name already forbids it."""
+        label = f"{name} ({origin} under another name)" if origin else name
         if isinstance(obj, types.ModuleType):
-            self.modules[obj.__name__] = label
+            self.modules.setdefault(obj.__name__, label)
             return
+        if isinstance(obj, torch._ops.OpOverloadPacket):  # ``torch.ops.aten.gelu``, ``.default`` ...: a C builtin, ``_op``
+            for overload in obj.overloads():
+                self._add(f"{name}.{overload}", getattr(obj, overload), origin)
         if isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
-            # ``torch.ops.aten.gelu`` and its overloads (``.default``) call a C builtin, ``_op``
-            overloads = ([getattr(obj, name) for name in obj.overloads()]
-                         if isinstance(obj, torch._ops.OpOverloadPacket) else [])
-            for op in [obj, *overloads]:
-                self.builtins[id(op._op)] = label
-                self._alive.append(op._op)
+            self.builtins.setdefault(id(obj._op), label)
+            self._alive.append(obj._op)
+            return
+        owner = getattr(obj, "__self__", None)
+        if isinstance(obj, types.BuiltinMethodType) and type(owner).__module__ == "torch._C" \
+                and not isinstance(owner, type):  # a method of one of torch's objects (autograd's engine)
+            self.methods.setdefault((obj.__name__, type(owner)), label)
             return
         if type(obj).__name__ == "_ArrayFunctionDispatcher" and not isinstance(
                 getattr(obj, "__wrapped__", None), types.FunctionType):
@@ -226,16 +241,16 @@ class _Forbidden:
             # the Python dispatcher NumPy runs first, a function of the same name in multiarray.py
             multiarray = sys.modules.get("numpy._core.multiarray") or sys.modules.get("numpy.core.multiarray")
             if multiarray is not None and getattr(multiarray, "__file__", None):
-                self.dispatchers[(multiarray.__file__, obj.__name__)] = label
+                self.dispatchers.setdefault((multiarray.__file__, obj.__name__), label)
         fn = inspect.unwrap(obj) if callable(obj) else obj
         for f in {obj, fn}:
             code = getattr(f, "__code__", None)
             if isinstance(code, types.CodeType):
-                self.codes[code] = label
+                self.codes.setdefault(code, label)
             elif isinstance(f, (types.MethodDescriptorType, types.WrapperDescriptorType)):
-                self.methods[(f.__name__, f.__objclass__)] = label
+                self.methods.setdefault((f.__name__, f.__objclass__), label)
             elif isinstance(f, types.BuiltinFunctionType) or callable(f):
-                self.builtins[id(f)] = label
+                self.builtins.setdefault(id(f), label)
                 self._alive.append(f)  # keep the id from being reused
 
     def match_python(self, frame: types.FrameType) -> Optional[str]:
@@ -402,7 +417,7 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any], by_hand: boo
     if not names and not by_hand:
         return call()
     if by_hand:
-        names = tuple(names) + ("cmath", "decimal", "fractions")
+        names = tuple(dict.fromkeys((*names, *(n for n in NOT_BY_HAND if _unimported_package(n) or _namespace(n)))))
     forbidden = _Forbidden(tuple(names))
     used: list[str] = []
     complex_seen: list[str] = []
@@ -411,7 +426,7 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any], by_hand: boo
     def profiler(frame, event, arg):
         if event == "call":
             label = forbidden.match_python(frame)
-            if label is not None and _called_by_student(frame.f_back):
+            if label is not None and _called_by_student(frame.f_back, label):
                 used.append(label)
             if by_hand and not complex_seen and _frame_kind(frame.f_code) == _STUDENT \
                     and frame.f_back is not None and _frame_kind(frame.f_back.f_code) != _LIBRARY:
@@ -431,7 +446,7 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any], by_hand: boo
                 complex_seen.append(f"a value in {frame.f_code.co_name}")
         elif event == "c_call":
             label = forbidden.match_c(arg)
-            if label is not None and _called_by_student(frame):
+            if label is not None and _called_by_student(frame, label):
                 used.append(label)
 
     previous = sys.getprofile()
@@ -467,7 +482,7 @@ def run_forbidding(names: tuple[str, ...], call: Callable[[], Any], by_hand: boo
 _ELSEWHERE = {
     "seeds": ("rng", "grading_seed", "generator_as_told", "_mixed_seed"),
     "runner": ("exercise_check", "collect_passes", "is_student_object", "_snapshot", "_unchanged",
-               "_student_call", "_verdict"),
+               "_student_call", "_verdict", "strict", "in_ipython"),
     "compare": ("assert_same", "finite_number", "is_close_number", "assert_close_number", "check_shape",
                 "_as_tensor", "_expect_value_error"),
     "kernels": ("SOFTMAX_KERNELS", "ATEN_ATTENTION"),

@@ -22,7 +22,9 @@ function: see its docstring and book/CONTRIBUTING.md.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
+import sys
 import threading
 import types
 from typing import Any, Callable, Optional
@@ -39,9 +41,37 @@ from .core import (
     NotAttempted,
     _resolve,
     _unimported_package,
-    in_ipython,
     run_forbidding,
 )
+
+# inside strict(), in this context only (a context variable, not a module-level switch: another
+# thread, or code outside the block, is not affected)
+_STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("fundamentallm_checks_strict", default=False)
+
+
+@contextlib.contextmanager
+def strict():
+    """Within the block, checks behave as outside IPython even in a notebook: a stub raises
+    :class:`NotAttempted` and a pass returns ``True`` (nbgrader's check cells use it, since
+    nbgrader gives the points of every cell that raises nothing)."""
+    token = _STRICT.set(True)
+    try:
+        yield
+    finally:
+        _STRICT.reset(token)
+
+
+def in_ipython() -> bool:
+    """Whether the code runs in an IPython shell or kernel (Jupyter, Colab, VS Code), outside
+    :func:`strict`."""
+    if _STRICT.get():
+        return False
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    try:
+        return get is not None and get() is not None
+    except Exception:  # a broken IPython import: behave as a script
+        return False
 
 
 def _snapshot(value: Any) -> Any:

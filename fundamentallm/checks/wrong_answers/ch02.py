@@ -197,3 +197,9 @@ wrong_answer("check_permutation_prediction", "mistake", "thinks permuting querie
 
 wrong_answer("check_permutation_prediction", "value", "an answer outside the three choices",
              'p = {"keys_and_values": "same", "queries": "permuted"}', call="p", message=r"choose one of")
+
+# torch's other names for a forbidden function (core._aliases), each refused under its own name
+wrong_answer("check_softmax_rows", "method", "the aten operator's overload torch.ops.aten.softmax.int", """
+def softmax_rows(x):
+    return torch.ops.aten.softmax.int(x, -1)
+""", call="softmax_rows", message=r"not to use torch\.ops\.aten\.softmax\.int \(torch\.softmax under another name\)")

@@ -307,3 +307,18 @@ def batch_norm_backward(x, gamma, dy, eps=1e-5):
                             x, gamma, torch.zeros_like(gamma))
     return vjp(dy)
 """, call="batch_norm_backward", message=r"torch\.func\.vjp")
+
+# torch's other names for a forbidden function (core._aliases), each refused under its own name, and autograd in every form (by_hand)
+wrong_answer("check_layer_norm", "method", "the aten operator's overload torch.ops.aten.layer_norm.default", """
+def layer_norm(x, weight, bias, eps=1e-5):
+    return torch.ops.aten.layer_norm.default(x, [x.shape[-1]], weight, bias, eps)
+""", call="layer_norm", message=r"not to use torch\.ops\.aten\.layer_norm\.default \(torch\.\S+ under another name\)")
+
+wrong_answer("check_batch_norm_backward", "method", "torch.func.vjp of a written-out batch norm", """
+def batch_norm_backward(x, gamma, dy, eps=1e-5):
+    def bn(x, g, b):
+        mu = x.mean(0)
+        return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(0) + eps) * g + b
+    _, pull = torch.func.vjp(bn, x, gamma, torch.zeros_like(gamma))
+    return pull(dy)
+""", call="batch_norm_backward", message=r"not to use torch\.func\.vjp")

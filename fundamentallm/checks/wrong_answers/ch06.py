@@ -92,7 +92,7 @@ wrong_answer("check_rms_norm_jacobian", "method", "torch.func.jacfwd of a writte
 from torch.func import jacfwd as jf
 def rms_norm_jacobian(z, weight, eps=1e-5):
     return jf(lambda v: v / torch.sqrt(v.pow(2).mean() + eps) * weight)(z)
-""", call="rms_norm_jacobian", message=r"asks you not to use torch")
+""", call="rms_norm_jacobian", message=r"asks you not to use torch\.func\.jacfwd")
 
 wrong_answer("check_sandwich_block", "mistake", "the pre-LN block (no output norms)", """
 def sandwich_block(x, config, weights):
@@ -220,3 +220,19 @@ def rms_norm_jacobian(z, weight, eps=1e-5):
             J[i][j] = (v[i] * r * Dual(ws[i])).b
     return torch.tensor(J, dtype=torch.float64)
 """, call="rms_norm_jacobian", message=r"overloads arithmetic")
+
+# torch's other names for a forbidden function (core._aliases), each refused under its own name
+wrong_answer("check_rms_norm_jacobian", "method", "torch.func.jacrev of a written-out RMSNorm", """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    return torch.func.jacrev(lambda v: v / torch.sqrt(v.pow(2).mean() + eps) * weight)(z)
+""", call="rms_norm_jacobian", message=r"not to use torch\.func\.jacrev")
+
+wrong_answer("check_rms_norm_jacobian", "method", "autograd's engine called directly (what torch.autograd.grad runs)", """
+def rms_norm_jacobian(z, weight, eps=1e-5):
+    from torch.autograd.variable import Variable
+    v = z.clone().requires_grad_(True)
+    y = v / torch.sqrt(v.pow(2).mean() + eps) * weight
+    rows = [Variable._execution_engine.run_backward((y[i],), (torch.ones(()),), True, False, (v,), False)[0]
+            for i in range(z.shape[-1])]
+    return torch.stack(rows)
+""", call="rms_norm_jacobian", message=r"not to use \S*run_backward")

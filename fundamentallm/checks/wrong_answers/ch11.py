@@ -494,4 +494,18 @@ def alibi_slope_grad(q, k, v, dout, slope):
         for j in range(1, i + 1):
             table[i].append(table[i][j - 1] + (table[i][j - 1] - table[i - 1][j - 1]) / (4 ** j - 1))
     return table[5][5]
-""", call="alibi_slope_grad", message=r"shifted the slope")
+""", call="alibi_slope_grad", message=r"far key competes with the nearest")
+
+# torch's other names for a forbidden function (core._aliases), each refused under its own name
+wrong_answer("check_gelu_backward", "method", "torch.func.grad of the GELU, vmapped over the elements", """
+def gelu_backward(x, dy):
+    f = lambda z: 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3)))
+    return (torch.func.vmap(torch.func.grad(f))(torch.tensor(x).reshape(-1)).reshape(x.shape) * torch.tensor(dy)).numpy()
+""", call="gelu_backward, (0.0, 0.5, 1.0), (-0.1289, 1.1289)", message=r"not to use torch\.func\.grad")
+
+wrong_answer("check_swiglu_backward", "method", "silu by its aten operator's overload, torch.ops.aten.silu.default, and its derivative written out", """
+def swiglu_backward(a, b, dy):
+    A, B, DY = (torch.tensor(t) for t in (a, b, dy))
+    s = torch.sigmoid(A)
+    return (DY * B * (s + A * s * (1 - s))).numpy(), (DY * torch.ops.aten.silu.default(A)).numpy()
+""", call="swiglu_backward", message=r"not to use torch\.ops\.aten\.silu\.default \(torch\.nn\.functional\.silu under another name\)")

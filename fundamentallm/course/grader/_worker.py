@@ -26,6 +26,7 @@ descriptors and stdin/stdout/stderr point to /dev/null, so printing cannot corru
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
@@ -115,9 +116,10 @@ def main() -> None:
                     from fundamentallm.checks.core import CheckFailed, run_forbidding
 
                     recorder = _recorder(forbidden, budget)
-                    try:
+                    try:  # a partial, not a lambda: the student's function is called from the checks' own
+                        # frame, as in a reader's kernel (a by-hand check reads the student's top frame)
                         with recorder:
-                            result = run_forbidding(forbidden, lambda: fn(*args, **kwargs), by_hand=by_hand)
+                            result = run_forbidding(forbidden, functools.partial(fn, *args, **kwargs), by_hand=by_hand)
                     except CheckFailed as e:  # the profiler saw a forbidden call
                         return {"forbidden": str(e)}, []
                     except _OverBudget:
