@@ -203,7 +203,7 @@
     const overflow = box.scrollWidth - box.clientWidth > 2;
     const wrap = box.parentElement && box.parentElement.classList.contains("fl-scroll") ? box.parentElement : null;
     if (!overflow) {
-      if (wrap) wrap.classList.remove("fl-more-left", "fl-more-right");
+      if (wrap) wrap.classList.remove("fl-overflows", "fl-more-left", "fl-more-right");
       if (box.dataset.flScroll === "1") {
         box.removeAttribute("tabindex");
         box.removeAttribute("role");
@@ -237,6 +237,7 @@
       if (!box.matches("figure")) box.setAttribute("role", box.matches(".fl-explorer") ? "region" : "group");
       if (!box.hasAttribute("aria-label")) box.setAttribute("aria-label", unique(describe(box) + ", scrolls sideways"));
     }
+    w.classList.add("fl-overflows");
     w.classList.toggle("fl-more-left", box.scrollLeft > 2);
     w.classList.toggle("fl-more-right", box.scrollLeft + box.clientWidth < box.scrollWidth - 2);
   }

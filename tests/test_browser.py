@@ -756,6 +756,30 @@ def test_wide_boxes_say_they_scroll_and_take_the_keyboard(site, open_page):
     assert not p.errors, p.errors
 
 
+@pytest.mark.parametrize("viewport", [LAPTOP, PHONE], ids=["1280px", "390px"])
+def test_scroll_hints_cover_nothing(site, open_page, viewport):
+    """The "scroll \u2192" hint of a box that scrolls sideways sits under the box, in a line of its
+    own, never on its content: on 2026-12-07 every shown hint (ch04: 64 at 390 px, 46 at 1280 px;
+    code, equations, diagrams, tables) lay on its box's bottom-right corner, over code, the end of
+    an equation or a diagram's axis label."""
+    p = open_page(f"{site}/{CHAPTERS[3]}.html", viewport)
+    page = p.page
+    _wait_for_math(page)
+    page.wait_for_timeout(300)
+    hints = page.eval_on_selector_all("article .fl-scroll.fl-more-right", """els => els.map(w => {
+        const box = w.firstElementChild.getBoundingClientRect();
+        const h = w.querySelector('.fl-scroll-hint').getBoundingClientRect();
+        const covers = h.top < box.bottom - 0.5 && h.bottom > box.top + 0.5 && h.left < box.right && h.right > box.left;
+        return [h.width > 0 && h.height > 0, covers, w.firstElementChild.tagName.toLowerCase()];
+    })""")
+    assert len(hints) >= 10, f"only {len(hints)} boxes scroll sideways at {viewport['width']} px"
+    hidden = [tag for shown, _, tag in hints if not shown]
+    covering = [tag for shown, covers, tag in hints if shown and covers]
+    assert not hidden, f"boxes that scroll with no hint shown: {hidden}"
+    assert not covering, f"{len(covering)} of {len(hints)} scroll hints cover their box: {covering[:5]}"
+    assert not p.errors, p.errors
+
+
 def test_print_wraps_code_and_leaves_solutions_out(site, open_page):
     """In print, no code line is cut at the right edge, solution bodies are left out (their
     titles say so) and an interactive figure is its default frame without its controls."""
