@@ -13,7 +13,8 @@
       and can be scrolled from the keyboard (it is focusable, with a name).
    3. Enlarging. Every plot and diagram has an "Enlarge" button (tapping the image does the same):
       the figure opens at full size in a dialog that scrolls both ways; Escape or "Close" closes it.
-   4. Print. Interactive figures print their default frame (see fundamentallm.css for the rest).
+   4. Print. Interactive figures print their default frame, the printed title its chapter number
+      (see fundamentallm.css for the rest).
    5. Tables printed as text keep each row on one line on a phone and scroll sideways instead. */
 (function () {
   "use strict";
@@ -344,7 +345,17 @@
     });
   }
 
+  // The printed title (sphinx-book-theme prints its own h1, the page's title without the chapter
+  // number, and hides the article's) carries the chapter number, as on screen.
+  function numberPrintedTitle() {
+    const printed = document.querySelector("#jb-print-docs-body > h1");
+    const number = document.querySelector(".bd-article h1 .section-number");
+    if (!printed || !number || printed.querySelector(".section-number")) return;
+    printed.prepend(number.cloneNode(true));
+  }
+
   onReady(() => {
+    numberPrintedTitle();
     markSolutionsForPrint();
     markTextTables();
     rememberDefaultFrames();

@@ -821,6 +821,32 @@ def test_print_wraps_code_and_leaves_solutions_out(site, open_page):
         assert page.pdf()[:4] == b"%PDF"
 
 
+def test_print_numbers_the_title_and_breaks_no_frame_from_its_content(site, open_page):
+    """In print the title carries the chapter number (sphinx-book-theme prints the page title
+    without it and hides the article's h1), and no frame (a border or a background) may break
+    across pages around content that does not: the theme keeps code blocks whole, so a code
+    cell's frame split from its code and a page ended on an empty frame (ch10 on A4, 2026-12-07:
+    13 of 40 printed pages ended or began on an empty frame over 20 px high at 60 dpi, up to 524 px;
+    none after)."""
+    p = open_page(f"{site}/{CHAPTERS[9]}.html")
+    page = p.page
+    page.emulate_media(media="print")
+    title = page.locator("#jb-print-docs-body > h1")
+    assert title.is_visible() and re.match(r"\d+\.\s", title.inner_text()), \
+        f"the printed title is {title.inner_text()!r}, without its chapter number"
+    split = page.eval_on_selector_all("article *", r"""els => els.filter(e => {
+        const s = getComputedStyle(e);
+        const framed = parseFloat(s.borderTopWidth) + parseFloat(s.borderLeftWidth) > 0
+            || !/rgba\(0, 0, 0, 0\)|transparent/.test(s.backgroundColor);
+        if (!framed || s.breakInside === 'avoid' || !e.getBoundingClientRect().height) return false;
+        const kids = [...e.children].filter(k => k.getBoundingClientRect().height > 0);
+        return kids.length === 1 && getComputedStyle(kids[0]).breakInside === 'avoid';
+    }).map(e => e.tagName.toLowerCase() + '.' + e.className).slice(0, 5)""")
+    assert not split, f"frames that break apart from their unbreakable content in print: {split}"
+    page.emulate_media(media="screen")
+    assert not p.errors, p.errors
+
+
 def test_icons_are_a_small_inline_set_and_the_favicon_loads(site, open_page):
     """The theme's 1.5 MB fontawesome.js is an empty stub; every icon is an inline SVG hidden from
     screen readers; the favicon is served (no 404)."""
