@@ -691,6 +691,27 @@ def test_colour_switch_toggles_light_and_dark(site, open_page):
     assert not p.errors, p.errors
 
 
+@pytest.mark.parametrize("width", [1280, 991, 390])
+def test_no_empty_header_band_and_one_search_button(site, open_page, width):
+    """The page starts with its own header and title: the theme's top band (64 px, holding a
+    second search button at 992 px and wider, nothing at 960-991 px; measured 2026-12-07) is gone,
+    one search button is shown, and it opens the search."""
+    p = open_page(f"{site}/{CHAPTERS[1]}.html", {"width": width, "height": 800})
+    page = p.page
+    band = page.evaluate("() => { const h = document.querySelector('#pst-header'); "
+                         "return h ? h.getBoundingClientRect().height : 0; }")
+    assert band == 0, f"an empty header band {band} px high at {width} px"
+    buttons = page.locator(".search-button__button")
+    shown = [i for i in range(buttons.count()) if buttons.nth(i).is_visible()]
+    assert len(shown) == 1, f"{len(shown)} search buttons shown at {width} px"
+    if width < 992:  # the site navigation holds the sidebar's search field: the page's own button
+        assert page.locator(".bd-header-article .search-button__button").first.is_visible()
+    buttons.nth(shown[0]).click()
+    assert page.locator("#pst-search-dialog").evaluate("d => d.open"), "the search button did not open the search"
+    page.keyboard.press("Escape")
+    assert not p.errors, p.errors
+
+
 def test_sidebar_toggle_hides_and_shows_the_sidebar_on_a_laptop(site, open_page):
     p = open_page(f"{site}/{CHAPTERS[0]}.html")
     page = p.page
