@@ -677,6 +677,44 @@ def test_formulas_are_not_tab_stops_and_code_boxes_are_not_landmarks(site, open_
     assert not p.errors, p.errors
 
 
+def test_top_p_sliders_show_an_effect_at_every_stop(site, open_page):
+    """Chapter 10's two explorers: the top-p slider runs low to high (1 = off at the right, like the
+    temperature and top-k sliders), reaches down to a p that keeps one or two tokens, and every
+    move of it by one stop changes the figure, whatever the other controls show. Measured
+    2026-12-07: the first explorer ran 1.0, 0.9, 0.6 from left to right (its thumb started at the
+    left end, so it could not be moved down), and with top-k = 5 the first step changed nothing
+    at any of the 5 temperatures; both stopped at 0.6 (8 of 105 tokens kept at temperature 1)."""
+    entry = next(e for e in CHAPTERS if Path(e).name.startswith("10_"))
+    p = open_page(f"{site}/{entry}.html")
+    report = p.page.evaluate("""() => [...document.querySelectorAll('article .fl-explorer')].flatMap((root, n) => {
+        const slider = root.querySelector("[data-position][aria-label='top_p']");
+        if (!slider) return [];
+        const img = root.querySelector('img'), problems = [];
+        const others = [...root.querySelectorAll('[data-position]')].filter(c => c !== slider);
+        const size = c => c.tagName === 'SELECT' ? c.options.length : +c.max + 1;
+        const set = (c, v) => { c.value = String(v); c.dispatchEvent(new Event('input', {bubbles: true})); };
+        const stops = [];
+        for (let i = 0; i < size(slider); i++) { set(slider, i); stops.push(+slider.getAttribute('aria-valuetext')); }
+        if (stops.some((v, i) => i && v <= stops[i - 1])) problems.push(`explorer ${n + 1}: top-p stops ${stops} do not rise from left to right`);
+        if (Math.min(...stops) > 0.25 || Math.max(...stops) !== 1) problems.push(`explorer ${n + 1}: top-p stops ${stops} do not span 0.25 or less to 1`);
+        const combos = others.reduce((acc, c) => acc.flatMap(a => [...Array(size(c)).keys()].map(v => [...a, v])), [[]]);
+        for (const combo of combos) {
+            combo.forEach((v, i) => set(others[i], v));
+            for (let i = 1; i < size(slider); i++) {
+                set(slider, i - 1); const before = img.src;
+                set(slider, i);
+                if (img.src === before) problems.push(`explorer ${n + 1}: top-p ${stops[i - 1]} -> ${stops[i]} changes nothing at ` +
+                    others.map((c, j) => `${c.getAttribute('aria-label')} position ${combo[j]}`).join(', '));
+            }
+        }
+        return [[n + 1, combos.length, problems]];
+    })""")
+    assert len(report) >= 2, f"{entry}.html: {len(report)} explorers with a top-p slider, expected 2"
+    problems = [line for _, _, lines in report for line in lines]
+    assert not problems, f"{entry}.html:\n  " + "\n  ".join(problems[:12])
+    assert not p.errors, p.errors
+
+
 def test_colour_switch_toggles_light_and_dark(site, open_page):
     """Each click on the colour-mode switch changes the colours (the theme's cycle went light ->
     auto first, which on a light system looks the same: the first click seemed dead)."""
