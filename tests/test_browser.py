@@ -906,6 +906,35 @@ def test_print_numbers_the_title_and_breaks_no_frame_from_its_content(site, open
     assert not p.errors, p.errors
 
 
+def _record_and_continue(requests: list, route) -> None:
+    requests.append(route.request.url)
+    route.continue_()
+
+
+@pytest.mark.parametrize("viewport", [LAPTOP, PHONE], ids=["1280px", "390px"])
+def test_no_page_fetches_font_awesome_fonts(site, browser, viewport):
+    """No page downloads Font Awesome's web fonts (fa-solid-900 156 KB, fa-brands-400 118 KB:
+    every page fetched both until 2026-12-07, for glyphs the inline SVG icons had replaced, an
+    exercise title's pencil and the GitHub mark before links to github.com); those two are drawn
+    from the same paths as CSS masks, and are shown."""
+    for entry in ("book/intro", CHAPTERS[3], "book/bibliography"):
+        context = browser.new_context(viewport=viewport, service_workers="block", has_touch=viewport is PHONE)
+        try:
+            requests: list[str] = []
+            context.route("**/*", functools.partial(_record_and_continue, requests))
+            page = context.new_page()
+            page.goto(f"{site}/{entry}.html", wait_until="load")
+            page.wait_for_timeout(300)
+            fonts = [u for u in requests if re.search(r"/fa-[a-z]+-\d+\.(woff2?|ttf)", u)]
+            assert not fonts, f"{entry}.html fetched {fonts}"
+            drawn = page.eval_on_selector_all("article div.exercise > .admonition-title, article a.github", """els =>
+                els.map(e => { const s = getComputedStyle(e, e.matches('a') ? '::before' : '::after');
+                    return [s.fontFamily.includes('Awesome'), s.maskImage.startsWith('url('), s.width]; })""")
+            assert all(not fa and mask and w != "auto" for fa, mask, w in drawn), f"{entry}.html: {drawn[:3]}"
+        finally:
+            context.close()
+
+
 def test_icons_are_a_small_inline_set_and_the_favicon_loads(site, open_page):
     """The theme's 1.5 MB fontawesome.js is an empty stub; every icon is an inline SVG hidden from
     screen readers; the favicon is served (no 404)."""
