@@ -226,8 +226,12 @@
       w.appendChild(hint);
       box.addEventListener("scroll", () => updateScroller(box), { passive: true });
     }
-    // Focusable even when it holds a button or a slider: the arrow keys scroll only a focused box.
-    if (!box.hasAttribute("tabindex")) {
+    // A code box that holds its copy button (moveCopyButtons) is reached by Tab through that
+    // button, whose arrow keys scroll the box: one Tab stop per code box, not two.
+    if (box.matches("pre") && box.querySelector(":scope > button.copybtn")) {
+      keepOutOfTabOrder(box);
+    } else if (!box.hasAttribute("tabindex")) {
+      // Focusable even when it holds a button or a slider: the arrow keys scroll only a focused box.
       box.setAttribute("tabindex", "0");
       box.dataset.flScroll = "1";
     }
@@ -242,6 +246,38 @@
     w.classList.toggle("fl-more-left", box.scrollLeft > 2);
     w.classList.toggle("fl-more-right", box.scrollLeft + box.clientWidth < box.scrollWidth - 2);
   }
+
+  // pydata-sphinx-theme makes every overflowing <pre> a Tab stop on load and on resize: a code box
+  // reached through its copy button is kept out of the Tab order (still focusable by script).
+  const tabWatch = new MutationObserver((changes) => changes.forEach((c) => {
+    if (c.target.tabIndex !== -1 && c.target.querySelector(":scope > button.copybtn")) c.target.tabIndex = -1;
+  }));
+  function keepOutOfTabOrder(pre) {
+    pre.tabIndex = -1;
+    if (!pre.dataset.flTabWatch) {
+      pre.dataset.flTabWatch = "1";
+      tabWatch.observe(pre, { attributes: true, attributeFilter: ["tabindex"] });
+    }
+  }
+
+  // sphinx-copybutton puts each copy button beside its code; inside the <pre> it stays where it
+  // was (its position is taken from the box around the code) and becomes the box's focusable
+  // content: with the button focused, the arrow keys, Home and End scroll the code sideways.
+  function moveCopyButtons() {
+    document.querySelectorAll(".bd-article div.highlight button.copybtn").forEach((button) => {
+      const pre = button.closest("div.highlight").querySelector("pre");
+      if (pre && button.parentElement !== pre) pre.appendChild(button);
+    });
+  }
+  document.addEventListener("keydown", (event) => {
+    const button = event.target.closest && event.target.closest("pre > button.copybtn");
+    if (!button || event.altKey || event.ctrlKey || event.metaKey) return;
+    const pre = button.parentElement, step = 40;
+    const to = { ArrowLeft: pre.scrollLeft - step, ArrowRight: pre.scrollLeft + step, Home: 0, End: pre.scrollWidth }[event.key];
+    if (to === undefined || pre.scrollWidth <= pre.clientWidth) return;
+    event.preventDefault();
+    pre.scrollLeft = to;
+  });
 
   function updateAllScrollers() {
     const boxes = new Set([...document.querySelectorAll(SCROLLERS), ...document.querySelectorAll(".fl-scroll > :first-child")]);
@@ -362,6 +398,7 @@
     addEnlargeButtons();
     updateAllScrollers();
     window.addEventListener("load", () => {
+      moveCopyButtons();
       updateAllScrollers();
       // Display equations exist once MathJax has typeset them (it loads deferred).
       const mj = window.MathJax;
