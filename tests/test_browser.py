@@ -748,6 +748,32 @@ def test_a_code_box_and_its_copy_button_are_one_tab_stop(site, open_page, viewpo
     assert not p.errors, p.errors
 
 
+def test_phone_title_and_quiz_spacing(site, open_page):
+    """On a phone (390 x 844) the longest chapter title takes at most two lines and 10 % of the
+    first screen (the theme's heading took four lines, 193 px, of ch15's); in a quiz, a question
+    stands apart from the previous question's options (at least 3 times the gap between two
+    options) and no option shows raw Markdown."""
+    titles = {e: _notebook_title(e) for e in CHAPTERS}
+    entry = max(titles, key=lambda e: len(titles[e]))
+    p = open_page(f"{site}/{entry}.html", PHONE)
+    page = p.page
+    h1 = page.locator("article h1").first.bounding_box()
+    line = page.locator("article h1").first.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)")
+    assert h1["height"] <= 2 * line + 1 and h1["height"] <= 0.10 * PHONE["height"], \
+        f"{entry}.html: the title is {h1['height']:.0f} px high at 390 px ({line:.0f} px a line)"
+    gaps = page.evaluate("""() => [
+        Math.min(...[...document.querySelectorAll('article details + p')].map(e =>
+            e.getBoundingClientRect().top - e.previousElementSibling.getBoundingClientRect().bottom)),
+        Math.max(...[...document.querySelectorAll('article details + details')].map(e =>
+            e.getBoundingClientRect().top - e.previousElementSibling.getBoundingClientRect().bottom)),
+        [...document.querySelectorAll('article details > summary')].filter(e => /`|\\*\\*/.test(e.textContent)).length]""")
+    between_questions, between_options, raw = gaps
+    assert between_questions >= 3 * max(between_options, 1), \
+        f"{entry}.html: a question is {between_questions:.0f} px below the previous options, which are {between_options:.0f} px apart"
+    assert raw == 0, f"{entry}.html: {raw} quiz options show raw Markdown"
+    assert not p.errors, p.errors
+
+
 def test_colour_switch_toggles_light_and_dark(site, open_page):
     """Each click on the colour-mode switch changes the colours (the theme's cycle went light ->
     auto first, which on a light system looks the same: the first click seemed dead)."""
