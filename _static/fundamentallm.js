@@ -13,7 +13,8 @@
       and can be scrolled from the keyboard (it is focusable, with a name).
    3. Enlarging. Every plot and diagram has an "Enlarge" button (tapping the image does the same):
       the figure opens at full size in a dialog that scrolls both ways; Escape or "Close" closes it.
-   4. Print. Interactive figures print their default frame (see fundamentallm.css for the rest).
+   4. Print. Interactive figures print their default frame, the printed title its chapter number
+      (see fundamentallm.css for the rest).
    5. Tables printed as text keep each row on one line on a phone and scroll sideways instead. */
 (function () {
   "use strict";
@@ -203,7 +204,7 @@
     const overflow = box.scrollWidth - box.clientWidth > 2;
     const wrap = box.parentElement && box.parentElement.classList.contains("fl-scroll") ? box.parentElement : null;
     if (!overflow) {
-      if (wrap) wrap.classList.remove("fl-more-left", "fl-more-right");
+      if (wrap) wrap.classList.remove("fl-overflows", "fl-more-left", "fl-more-right");
       if (box.dataset.flScroll === "1") {
         box.removeAttribute("tabindex");
         box.removeAttribute("role");
@@ -225,8 +226,12 @@
       w.appendChild(hint);
       box.addEventListener("scroll", () => updateScroller(box), { passive: true });
     }
-    // Focusable even when it holds a button or a slider: the arrow keys scroll only a focused box.
-    if (!box.hasAttribute("tabindex")) {
+    // A code box that holds its copy button (moveCopyButtons) is reached by Tab through that
+    // button, whose arrow keys scroll the box: one Tab stop per code box, not two.
+    if (box.matches("pre") && box.querySelector(":scope > button.copybtn")) {
+      keepOutOfTabOrder(box);
+    } else if (!box.hasAttribute("tabindex")) {
+      // Focusable even when it holds a button or a slider: the arrow keys scroll only a focused box.
       box.setAttribute("tabindex", "0");
       box.dataset.flScroll = "1";
     }
@@ -237,9 +242,42 @@
       if (!box.matches("figure")) box.setAttribute("role", box.matches(".fl-explorer") ? "region" : "group");
       if (!box.hasAttribute("aria-label")) box.setAttribute("aria-label", unique(describe(box) + ", scrolls sideways"));
     }
+    w.classList.add("fl-overflows");
     w.classList.toggle("fl-more-left", box.scrollLeft > 2);
     w.classList.toggle("fl-more-right", box.scrollLeft + box.clientWidth < box.scrollWidth - 2);
   }
+
+  // pydata-sphinx-theme makes every overflowing <pre> a Tab stop on load and on resize: a code box
+  // reached through its copy button is kept out of the Tab order (still focusable by script).
+  const tabWatch = new MutationObserver((changes) => changes.forEach((c) => {
+    if (c.target.tabIndex !== -1 && c.target.querySelector(":scope > button.copybtn")) c.target.tabIndex = -1;
+  }));
+  function keepOutOfTabOrder(pre) {
+    pre.tabIndex = -1;
+    if (!pre.dataset.flTabWatch) {
+      pre.dataset.flTabWatch = "1";
+      tabWatch.observe(pre, { attributes: true, attributeFilter: ["tabindex"] });
+    }
+  }
+
+  // sphinx-copybutton puts each copy button beside its code; inside the <pre> it stays where it
+  // was (its position is taken from the box around the code) and becomes the box's focusable
+  // content: with the button focused, the arrow keys, Home and End scroll the code sideways.
+  function moveCopyButtons() {
+    document.querySelectorAll(".bd-article div.highlight button.copybtn").forEach((button) => {
+      const pre = button.closest("div.highlight").querySelector("pre");
+      if (pre && button.parentElement !== pre) pre.appendChild(button);
+    });
+  }
+  document.addEventListener("keydown", (event) => {
+    const button = event.target.closest && event.target.closest("pre > button.copybtn");
+    if (!button || event.altKey || event.ctrlKey || event.metaKey) return;
+    const pre = button.parentElement, step = 40;
+    const to = { ArrowLeft: pre.scrollLeft - step, ArrowRight: pre.scrollLeft + step, Home: 0, End: pre.scrollWidth }[event.key];
+    if (to === undefined || pre.scrollWidth <= pre.clientWidth) return;
+    event.preventDefault();
+    pre.scrollLeft = to;
+  });
 
   function updateAllScrollers() {
     const boxes = new Set([...document.querySelectorAll(SCROLLERS), ...document.querySelectorAll(".fl-scroll > :first-child")]);
@@ -343,13 +381,24 @@
     });
   }
 
+  // The printed title (sphinx-book-theme prints its own h1, the page's title without the chapter
+  // number, and hides the article's) carries the chapter number, as on screen.
+  function numberPrintedTitle() {
+    const printed = document.querySelector("#jb-print-docs-body > h1");
+    const number = document.querySelector(".bd-article h1 .section-number");
+    if (!printed || !number || printed.querySelector(".section-number")) return;
+    printed.prepend(number.cloneNode(true));
+  }
+
   onReady(() => {
+    numberPrintedTitle();
     markSolutionsForPrint();
     markTextTables();
     rememberDefaultFrames();
     addEnlargeButtons();
     updateAllScrollers();
     window.addEventListener("load", () => {
+      moveCopyButtons();
       updateAllScrollers();
       // Display equations exist once MathJax has typeset them (it loads deferred).
       const mj = window.MathJax;

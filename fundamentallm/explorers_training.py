@@ -193,7 +193,7 @@ def sampling_explorer(model, tokenizer, prompt: str = "Return the ", top: int = 
     return Explorer({"prompt": text(prompt),
                      "temperature": slider(0.0, 2.0, 0.05, 1.0, frames=[0.5, 1.0, 1.5]),
                      "top_k": slider(0, V, 1, 0, frames=[0, 5, 20]),
-                     "top_p": slider(0.0, 1.0, 0.05, 1.0, frames=[0.6, 0.9, 1.0])}, draw,
+                     "top_p": slider(0.0, 1.0, 0.05, 1.0, frames=[0.2, 0.5, 0.8, 1.0])}, draw,
                     alt="Temperature sharpens (below 1) or flattens (above 1) the distribution; top-k and "
                         "top-p drop its tail (the title counts the tokens kept). Grey bars: the model; "
                         "coloured: what survives; below, one sample",
