@@ -293,7 +293,12 @@ def describe_figure(fig) -> str:
     shown = described[:MAX_PANELS]
     intro = f"{len(described)} panels."
     shorts = [f"Panel {i + 1}, " + (f"{t}: {s}" if t and s else t or s) + "." for i, (t, _, s, _) in enumerate(shown)]
-    kept = [i for i, piece in enumerate(shorts) if piece in _fit([intro] + shorts, budget)]
+    kept, used = [], len(intro)  # the first panels, in order, as far as they fit
+    for piece in shorts:
+        if used + len(piece) + 1 > budget:
+            break
+        kept.append(len(kept))
+        used += len(piece) + 1
     body = [intro] + [shorts[i] for i in kept] if kept else []
     rest = budget - len(" ".join(body))
     # a panel's ranges only after its own title and kind (never "Panel 1: step from ..." alone)

@@ -272,6 +272,9 @@ def test_panel_details_only_follow_their_own_kept_panel_and_no_bare_panel_count(
     short = describe_figure(fig)
     plt.close(fig)
     assert not re.search(r"\d panels\.$", text) and not short.endswith("panels."), (text, short)
+    for described in (text, short):  # panels described from the first on, none skipped
+        numbers = [int(n) for n in re.findall(r"Panel (\d), ", described)]
+        assert numbers == list(range(1, len(numbers) + 1)), described
     for panel in re.findall(r"Panel (\d): step from", text + short):
         assert f"Panel {panel}, " in text + short, (text, short)
 
