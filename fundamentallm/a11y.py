@@ -300,6 +300,9 @@ def describe_figure(fig) -> str:
         kept.append(len(kept))
         used += len(piece) + 1
     body = [intro] + [shorts[i] for i in kept] if kept else []
+    titles = [t for t, _, _, _ in shown if t]
+    if not kept and titles:  # no panel's kind fits: at least what each panel is titled
+        body = _fit([f"{len(described)} panels: " + "; ".join(titles) + "."], budget)
     rest = budget - len(" ".join(body))
     # a panel's ranges only after its own title and kind (never "Panel 1: step from ..." alone)
     extra = _fit([f"Panel {i + 1}: " + "; ".join(shown[i][3][:2]) + "." for i in kept if shown[i][3]], rest)

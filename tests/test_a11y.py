@@ -270,8 +270,15 @@ def test_panel_details_only_follow_their_own_kept_panel_and_no_bare_panel_count(
     text = describe_figure(fig)
     set_alt_text(fig, "w" * 215)
     short = describe_figure(fig)
-    plt.close(fig)
     assert not re.search(r"\d panels\.$", text) and not short.endswith("panels."), (text, short)
+    assert "3 panels: a rather long" not in text, text  # panel 1's kind fits: no titles-only list
+    set_alt_text(fig, "w" * 100)
+    for ax in axes:
+        ax.set_title(f"panel {ax.get_subplotspec().colspan.start}")
+        ax.set_ylabel("a long label " * 12)
+    titles = describe_figure(fig)
+    assert titles.endswith("3 panels: panel 0; panel 1; panel 2."), titles
+    plt.close(fig)
     for described in (text, short):  # panels described from the first on, none skipped
         numbers = [int(n) for n in re.findall(r"Panel (\d), ", described)]
         assert numbers == list(range(1, len(numbers) + 1)), described
