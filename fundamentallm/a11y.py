@@ -170,7 +170,9 @@ def _describe_axes(ax, colorbars: dict) -> tuple[str, str, list[str]]:
         horizontal = bars[0].orientation == "horizontal" if hasattr(bars[0], "orientation") else False
         kinds.append("horizontal bar chart" if horizontal else "bar chart")
     loglog = ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    if lines or points or references:
+    if references and not (lines or points) and kinds:  # a chance level over bars or a heatmap
+        kinds[-1] += " with a reference line" if len(references) == 1 else f" with {len(references)} reference lines"
+    elif lines or points or references:
         kinds.append(_line_kind(lines, points, references))
         if loglog and not (ax.images or bars):
             kinds[-1] = "log-log " + kinds[-1]

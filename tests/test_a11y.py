@@ -287,8 +287,9 @@ def test_panel_details_only_follow_their_own_kept_panel_and_no_bare_panel_count(
 
 
 def test_a_bar_charts_range_is_its_bar_centres():
-    text = _described(lambda fig, ax: (ax.bar(np.arange(256), np.arange(256) % 7), ax.set(xlabel="channel")))
-    assert "channel from 0 to 255" in text, text
+    text = _described(lambda fig, ax: (ax.bar(np.arange(256), np.arange(256) % 7), ax.set(xlabel="channel"),
+                                       ax.axhline(3, ls=":", label="chance")))
+    assert "channel from 0 to 255" in text and "bar chart with a reference line of" in text.lower(), text
 
 
 def test_subscripts_and_pipes_are_read_as_words_and_flagged_when_raw():
