@@ -132,8 +132,8 @@ def _line_kind(lines, points, references) -> str:
         fitted = [r for r in references if re.search(r"\bfit", str(r.get_label() or ""), re.I)]
         kind = "fitted" if len(fitted) == len(references) else "reference"
         parts.append(f"a {kind} line" if len(references) == 1 else f"{len(references)} {kind} lines")
-    if not lines and not points:
-        return "plot of " + parts[0]
+    if not lines:
+        return "plot of " + (" and ".join(parts))
     return " and ".join(parts) if len(parts) < 3 else f"{parts[0]}, {parts[1]} and {parts[2]}"
 
 
@@ -194,7 +194,8 @@ def _describe_axes(ax, colorbars: dict) -> tuple[str, str, list[str]]:
         columns = f"{x} (columns)" if x and x.lower() != "columns" else "columns"
         short = kind + (f", {rows} by {columns}" if x or y else "")
     else:
-        short = f"{kind} of {y or 'values'}" + (f" against {x}" if x else "")
+        joint = ": " if kind.startswith(("plot of ", "log-log plot of ")) else " of "  # not "of ... of"
+        short = f"{kind}{joint}{y or 'values'}" + (f" against {x}" if x else "")
     if ax.images:
         x, y = x or "columns", y or "rows"
     x = x or ("x" if ax.get_xscale() != "log" else "x (log scale)")

@@ -59,14 +59,14 @@ def line_role(ax, line) -> str:
 
 
 def plotted_lines(ax) -> tuple[list, list, list]:
-    """The visible lines of ``ax`` drawn with ``plot`` (2 points or more, or markers only), split
+    """The visible lines of ``ax`` drawn with ``plot`` (2 points or more), split
     into (data lines, marker-only series, reference lines)."""
     groups = {"line": [], "points": [], "reference": []}
     for line in ax.get_lines():
         if not line.get_visible():
             continue
         role = line_role(ax, line)
-        if len(line.get_xdata()) > 1 or (role == "points" and len(line.get_xdata()) > 0):
+        if len(line.get_xdata()) > 1:  # (a single marker is an annotation, not a series)
             groups[role].append(line)
     return groups["line"], groups["points"], groups["reference"]
 

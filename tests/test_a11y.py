@@ -231,9 +231,11 @@ def test_points_and_reference_lines_are_not_counted_as_data_lines():
         n = np.array([1e3, 1e4, 1e5])
         ax.plot(n, [3.0, 2.6, 2.0], "o", label="measured")
         ax.plot(n, 5 * n ** -0.08, "--", label="fit")
+        ax.plot(n[1], 2.6, "*")  # a single marker: an annotation, not a series
         ax.set(xlabel="parameters", ylabel="loss")
     text = _described(fit)
-    assert "3 points and a fitted line" in text and "line plot" not in text, text
+    assert "plot of 3 points and a fitted line: loss against parameters" in text.lower(), text
+    assert "line plot" not in text.lower(), text
 
     def refs(fig, ax):
         t = np.arange(1, 9)
