@@ -304,7 +304,7 @@ def describe_figure(fig) -> str:
         used += len(piece) + 1
     body = [intro] + [shorts[i] for i in kept] if kept else []
     titles = [t for t, _, _, _ in shown if t]
-    if not kept and titles:  # no panel's kind fits: at least what each panel is titled
+    if not kept and len(titles) == len(shown):  # no panel's kind fits: at least each panel's title
         body = _fit([f"{len(described)} panels: " + "; ".join(titles) + "."], budget)
     rest = budget - len(" ".join(body))
     # a panel's ranges only after its own title and kind (never "Panel 1: step from ..." alone)
