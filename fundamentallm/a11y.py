@@ -305,7 +305,8 @@ def describe_figure(fig) -> str:
     body = [intro] + [shorts[i] for i in kept] if kept else []
     titles = [t for t, _, _, _ in shown if t]
     if not kept and len(titles) == len(shown):  # no panel's kind fits: at least each panel's title
-        body = _fit([f"{len(described)} panels: " + "; ".join(titles) + "."], budget)
+        body = _fit([f"{len(described)} panels: " + "; ".join(titles) + "."],
+                    MAX_ALT - len(" ".join(head)) - 1)  # (not the floor of 60 a panel's kind gets)
     rest = budget - len(" ".join(body))
     # a panel's ranges only after its own title and kind (never "Panel 1: step from ..." alone)
     extra = _fit([f"Panel {i + 1}: " + "; ".join(shown[i][3][:2]) + "." for i in kept if shown[i][3]], rest)

@@ -280,6 +280,8 @@ def test_panel_details_only_follow_their_own_kept_panel_and_no_bare_panel_count(
         ax.set_ylabel("a long label " * 12)
     titles = describe_figure(fig)
     assert titles.endswith("3 panels: panel 0; panel 1; panel 2."), titles
+    set_alt_text(fig, "w" * 225)
+    assert len(describe_figure(fig)) <= 250, describe_figure(fig)  # the titles only where they fit
     plt.close(fig)
     for described in (text, short):  # panels described from the first on, none skipped
         numbers = [int(n) for n in re.findall(r"Panel (\d), ", described)]
