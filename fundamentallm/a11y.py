@@ -87,7 +87,7 @@ def _clean(text: str) -> str:
     text = text.replace("{", "").replace("}", "").replace("\\", "")
     # read aloud: "x_i" as "x i", "|x|" as "magnitude of x", "‖x‖" as "norm of x"
     text = re.sub(r"(?<=\S)_(?=[\w\u0370-\u03ff])", " ", text)
-    text = re.sub(r"\|([^|]+)\|", r"magnitude of \1", text)
+    text = re.sub(r"(?<![<\w])\|([^|<>]+)\|(?![>\w])", r"magnitude of \1", text)  # not "<|endoftext|>"
     text = re.sub(r"‖([^‖]+)‖", r"norm of \1", text)
     return " ".join(text.split())
 

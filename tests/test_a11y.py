@@ -303,6 +303,9 @@ def test_subscripts_and_pipes_are_read_as_words_and_flagged_when_raw():
     text = _described(labels)
     assert "ω i" in text and "max magnitude of x" in text and not alt_text_problems(text), text
     assert alt_text_problems("A line plot of ω_i.") and alt_text_problems("A line plot of |x|.")
+    from fundamentallm.a11y import _clean
+
+    assert _clean("<|endoftext|>") == "<|endoftext|>"  # a special token is not a magnitude
 
 
 def test_a_single_panel_keeps_its_kind_and_axes_after_a_long_hand_finding():
