@@ -26,7 +26,7 @@ import sys
 import zlib
 from typing import Any, Optional
 
-from .alt_findings import panel_finding
+from .alt_findings import panel_finding, plotted_lines
 
 KEYWORD = "Description"
 MAX_PANELS = 6  # panels described one by one; the rest are counted
@@ -73,7 +73,7 @@ _SYMBOLS = {"cdot": "·", "times": "×", "le": "≤", "leq": "≤", "ge": "≥",
             "gamma": "γ", "theta": "θ", "lambda": "λ", "mu": "μ", "sigma": "σ", "tau": "τ", "eta": "η",
             "epsilon": "ε", "varepsilon": "ε", "Delta": "Δ", "nabla": "∇", "log": "log", "exp": "exp",
             "quad": " ", ",": " ", "left": "", "right": "", "partial": "∂", "rho": "ρ", "pi": "π",
-            "omega": "ω", "phi": "φ", "psi": "ψ", "sum": "Σ", "prod": "Π", "lVert": "‖", "rVert": "‖"}
+            "omega": "ω", "propto": "∝", "phi": "φ", "psi": "ψ", "sum": "Σ", "prod": "Π", "lVert": "‖", "rVert": "‖"}
 
 
 def _clean(text: str) -> str:
@@ -85,6 +85,10 @@ def _clean(text: str) -> str:
     text = re.sub(r"\\frac\{([^}]*)\}\{([^}]*)\}", r"(\1)/(\2)", text)
     text = re.sub(r"\\([A-Za-z]+)", lambda m: _SYMBOLS.get(m.group(1), m.group(1)), text)
     text = text.replace("{", "").replace("}", "").replace("\\", "")
+    # read aloud: "x_i" as "x i", "|x|" as "magnitude of x", "‖x‖" as "norm of x"
+    text = re.sub(r"(?<=\S)_(?=[\w\u0370-\u03ff])", " ", text)
+    text = re.sub(r"(?<![<\w])\|([^|<>]+)\|(?![>\w])", r"magnitude of \1", text)  # not "<|endoftext|>"
+    text = re.sub(r"‖([^‖]+)‖", r"norm of \1", text)
     return " ".join(text.split())
 
 
@@ -114,6 +118,39 @@ def _axis_phrase(ax, which: str) -> str:
     return label
 
 
+def _line_kind(lines, points, references) -> str:
+    """What ``plot`` drew, in words: data lines, marker-only points, reference lines (a fit, a
+    chance level, a guide) counted apart: "line plot with 3 lines and a reference line",
+    "3 points and a fitted line"."""
+    parts = []
+    if lines:
+        parts.append("line plot" if len(lines) == 1 else f"line plot with {len(lines)} lines")
+    if points:
+        n = sum(len(p.get_xdata()) for p in points)
+        parts.append(f"{n} point{'s' if n != 1 else ''}" if len(points) == 1 else f"{len(points)} series of points")
+    if references:
+        fitted = [r for r in references if re.search(r"\bfit", str(r.get_label() or ""), re.I)]
+        kind = "fitted" if len(fitted) == len(references) else "reference"
+        parts.append(f"a {kind} line" if len(references) == 1 else f"{len(references)} {kind} lines")
+    if not lines:
+        return "plot of " + (" and ".join(parts))
+    return " and ".join(parts) if len(parts) < 3 else f"{parts[0]}, {parts[1]} and {parts[2]}"
+
+
+def _bar_centres(bars) -> dict:
+    """The range of the bars' centres along their category axis ({'x': (lo, hi)} for vertical
+    bars): channels 0..255 run from 0 to 255, not from the edge -0.5 to 255.5."""
+    centres = []
+    horizontal = False
+    for container in bars:
+        horizontal = getattr(container, "orientation", "vertical") == "horizontal"
+        for p in container.patches:
+            centres.append(p.get_y() + p.get_height() / 2 if horizontal else p.get_x() + p.get_width() / 2)
+    if not centres:
+        return {}
+    return {("y" if horizontal else "x"): (float(min(centres)), float(max(centres)))}
+
+
 def _describe_axes(ax, colorbars: dict) -> tuple[str, str, list[str]]:
     """A panel as (finding, kind and axes, details): what its data show (alt_findings), what is
     plotted against what, and the rest (categories, ranges, legend, colour scale, notes) in the
@@ -122,7 +159,7 @@ def _describe_axes(ax, colorbars: dict) -> tuple[str, str, list[str]]:
     from matplotlib.container import BarContainer
 
     details = []
-    lines = [ln for ln in ax.get_lines() if ln.get_visible() and len(ln.get_xdata()) > 1]
+    lines, points, references = plotted_lines(ax)
     bars = [c for c in ax.containers if isinstance(c, BarContainer)]
     scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
     fills = [c for c in ax.collections if isinstance(c, PolyCollection)]
@@ -132,8 +169,13 @@ def _describe_axes(ax, colorbars: dict) -> tuple[str, str, list[str]]:
     if bars:
         horizontal = bars[0].orientation == "horizontal" if hasattr(bars[0], "orientation") else False
         kinds.append("horizontal bar chart" if horizontal else "bar chart")
-    if lines:
-        kinds.append("line plot" if len(lines) == 1 else f"line plot with {len(lines)} lines")
+    loglog = ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    if references and not (lines or points) and kinds:  # a chance level over bars or a heatmap
+        kinds[-1] += " with a reference line" if len(references) == 1 else f" with {len(references)} reference lines"
+    elif lines or points or references:
+        kinds.append(_line_kind(lines, points, references))
+        if loglog and not (ax.images or bars):
+            kinds[-1] = "log-log " + kinds[-1]
     if scatters:
         kinds.append("scatter plot")
     if fills and not kinds:
@@ -144,13 +186,16 @@ def _describe_axes(ax, colorbars: dict) -> tuple[str, str, list[str]]:
     x, y = _axis_phrase(ax, "x"), _axis_phrase(ax, "y")
     xcats, ycats = _tick_labels(ax.xaxis), _tick_labels(ax.yaxis)
     finding = panel_finding(ax, x, y, xcats, ycats)
+    if kinds[0].startswith("log-log "):  # the kind says both axes are logarithmic
+        x, y = x.replace(" (log scale)", ""), y.replace(" (log scale)", "")
     kind = " and ".join(kinds)
     if ax.images:
         rows = f"{y} (rows)" if y and y.lower() != "rows" else "rows"
         columns = f"{x} (columns)" if x and x.lower() != "columns" else "columns"
         short = kind + (f", {rows} by {columns}" if x or y else "")
     else:
-        short = f"{kind} of {y or 'values'}" + (f" against {x}" if x else "")
+        joint = ": " if kind.startswith(("plot of ", "log-log plot of ")) else " of "  # not "of ... of"
+        short = f"{kind}{joint}{y or 'values'}" + (f" against {x}" if x else "")
     if ax.images:
         x, y = x or "columns", y or "rows"
     x = x or ("x" if ax.get_xscale() != "log" else "x (log scale)")
@@ -175,12 +220,11 @@ def _describe_axes(ax, colorbars: dict) -> tuple[str, str, list[str]]:
             details.append(f"colour scale{' ' + label if label else ''} from {_num(lo)} to {_num(hi)}")
             break
     if not ax.images:
-        if not xcats:
-            lo, hi = _range(ax, "x")
-            details.append(f"{x} from {_num(lo)} to {_num(hi)}")
-        if not ycats:
-            lo, hi = _range(ax, "y")
-            details.append(f"{y} from {_num(lo)} to {_num(hi)}")
+        centres = _bar_centres(bars)
+        for which, cats in (("x", xcats), ("y", ycats)):
+            if not cats:
+                lo, hi = centres[which] if which in centres else _range(ax, which)
+                details.append(f"{x if which == 'x' else y} from {_num(lo)} to {_num(hi)}")
     notes = [_clean(t.get_text()) for t in ax.texts if t.get_text().strip()]
     if notes and len(notes) <= 6:
         details.append("notes: " + "; ".join(notes))
@@ -241,7 +285,9 @@ def describe_figure(fig) -> str:
     if not many:
         title, _, short, details = described[0]
         # the panel's title and axes, or as much of them as fits after a long hand-written finding
-        options = [f"{title}: {short}" if title and short else title or short, short, title]
+        # (the kind and the axes' names, without units, before the title alone)
+        bare = re.sub(r"\s*\([^()]*\)", "", short)
+        options = [f"{title}: {short}" if title and short else title or short, short, bare, title]
         first = next((o for o in options if o and len(o) + 1 <= budget), "")
         if not first:
             return " ".join(head)
@@ -250,23 +296,40 @@ def describe_figure(fig) -> str:
     shown = described[:MAX_PANELS]
     intro = f"{len(described)} panels."
     shorts = [f"Panel {i + 1}, " + (f"{t}: {s}" if t and s else t or s) + "." for i, (t, _, s, _) in enumerate(shown)]
-    body = _fit([intro] + shorts, budget)
+    kept, used = [], len(intro)  # the first panels, in order, as far as they fit
+    for piece in shorts:
+        if used + len(piece) + 1 > budget:
+            break
+        kept.append(len(kept))
+        used += len(piece) + 1
+    body = [intro] + [shorts[i] for i in kept] if kept else []
+    titles = [t for t, _, _, _ in shown if t]
+    if not kept and len(titles) == len(shown):  # no panel's kind fits: at least each panel's title
+        body = _fit([f"{len(described)} panels: " + "; ".join(titles) + "."],
+                    MAX_ALT - len(" ".join(head)) - 1)  # (not the floor of 60 a panel's kind gets)
     rest = budget - len(" ".join(body))
-    extra = _fit([f"Panel {i + 1}: " + "; ".join(d[:2]) + "." for i, (_, _, _, d) in enumerate(shown) if d], rest)
+    # a panel's ranges only after its own title and kind (never "Panel 1: step from ..." alone)
+    extra = _fit([f"Panel {i + 1}: " + "; ".join(shown[i][3][:2]) + "." for i in kept if shown[i][3]], rest)
     return " ".join(head + body + extra)
 
 
 _RAW_TEX = re.compile(r"\\[A-Za-z]+|\$|[_^]\{|[{}]")
+# read aloud badly: a plain-text subscript ("ω_i", "d_model") or a pipe ("|x|")
+_UNSPOKEN = re.compile(r"(?<=\w)_(?=\w)|\|")
 # a word or two said twice in a row ("rows (rows)"), not across the items of a list ("SFT, SFT (short)")
-_REPEATED = re.compile(r"\b([A-Za-z]{2,}(?:[^\w,;]+[A-Za-z]{2,})?)[^\w,;]+\1\b", re.I)
+# (a hyphenated doubling, "log-log", is one word)
+_REPEATED = re.compile(r"\b([A-Za-z]{2,}(?:[^\w,;]+[A-Za-z]{2,})?)(?!-[A-Za-z])[^\w,;]+\1\b", re.I)
 
 
 def alt_text_problems(alt: str, limit: int = MAX_ALT + 10) -> list[str]:
-    """What is wrong with an alt text: raw TeX, a word or two repeated back to back ("rows (rows)",
+    """What is wrong with an alt text: raw TeX, a subscript or pipe written as plain text ("ω_i",
+    "|x|"), a word or two repeated back to back ("rows (rows)",
     "(log scale) (log scale)"), or more than ``limit`` characters. [] when nothing is."""
     problems = []
     if _RAW_TEX.search(alt):
         problems.append(f"raw TeX {_RAW_TEX.search(alt).group(0)!r}")
+    if _UNSPOKEN.search(alt):
+        problems.append(f"read aloud badly {_UNSPOKEN.search(alt).group(0)!r}")
     if _REPEATED.search(alt):
         problems.append(f"repeated {_REPEATED.search(alt).group(0)!r}")
     if len(alt) > limit:

@@ -37,6 +37,40 @@ def _line_label(line, i: int) -> str:
     return label if label and not label.startswith("_") else f"line {i + 1}"
 
 
+# a line's label that marks it as a guide, not a data series: chance level, a power-law guide, a fit
+_REFERENCE = re.compile(r"chance|∝|\\propto|\bfit|fitted|guide|reference|slope|ideal|\bO\(|~ ?[A-Za-z]\^", re.I)
+
+
+def line_role(ax, line) -> str:
+    """What a line drawn with ``plot`` is: 'points' (markers only), 'reference' (a horizontal or
+    vertical reference line, a 2-point line at constant x or y, a dashed 2-point guide, or a line
+    labelled like a reference: "chance", "∝ T", "fit"), or 'line' (a data series)."""
+    style = str(line.get_linestyle())
+    if style in ("None", "none", "", " "):
+        return "points"
+    if line.get_transform() != ax.transData:  # axhline / axvline: one coordinate in axes units
+        return "reference"
+    if _REFERENCE.search(str(line.get_label() or "")):
+        return "reference"
+    x, y = _xy(line)
+    if len(x) == 2 and (x[0] == x[1] or y[0] == y[1] or style in ("--", ":", "-.", "dashed", "dotted", "dashdot")):
+        return "reference"
+    return "line"
+
+
+def plotted_lines(ax) -> tuple[list, list, list]:
+    """The visible lines of ``ax`` drawn with ``plot`` (2 points or more), split
+    into (data lines, marker-only series, reference lines)."""
+    groups = {"line": [], "points": [], "reference": []}
+    for line in ax.get_lines():
+        if not line.get_visible():
+            continue
+        role = line_role(ax, line)
+        if len(line.get_xdata()) > 1:  # (a single marker is an annotation, not a series)
+            groups[role].append(line)
+    return groups["line"], groups["points"], groups["reference"]
+
+
 def _xy(line):
     x = np.asarray(line.get_xdata(), dtype=float)
     y = np.asarray(line.get_ydata(), dtype=float)
@@ -80,10 +114,23 @@ def _lines(ax, lines, ylab: str, xlab: str) -> str:
     directions = {("rise" if y[-1] > y[0] else "fall") if y[-1] != y[0] else "stay" for _, _, y in named}
     if len(directions) == 1 and "stay" not in directions:
         parts.insert(0, f"{'both' if len(named) == 2 else f'all {len(named)} lines'} {directions.pop()}")
-    finals = [(y[-1], n) for n, _, y in named]
-    top, bottom = max(finals), min(finals)
-    if top[0] != bottom[0]:
-        parts.append(f"{top[1]} ends highest ({num(top[0])}), {bottom[1]} lowest ({num(bottom[0])})")
+    finals = [(float(y[-1]), n) for n, _, y in named]
+    top, bottom = max(v for v, _ in finals), min(v for v, _ in finals)
+
+    def tied(value: float) -> list[str]:
+        return [n for v, n in finals if abs(v - value) <= 1e-9 * max(abs(v), abs(value), 1e-300)]
+
+    if tied(top) == [n for _, n in finals]:
+        if len(named) > 1:
+            parts.append(f"all {len(named)} lines end tied at {num(top)}" if len(named) > 2
+                         else f"both lines end tied at {num(top)}")
+        return "; ".join(parts)
+    highest, lowest = tied(top), tied(bottom)
+    hi = (f"{highest[0]} ends highest ({num(top)})" if len(highest) == 1
+          else f"{' and '.join(highest)} end tied highest ({num(top)})")
+    lo = (f"{lowest[0]} lowest ({num(bottom)})" if len(lowest) == 1
+          else f"{' and '.join(lowest)} tied lowest ({num(bottom)})")
+    parts.append(f"{hi}, {lo}")
     return "; ".join(parts)
 
 
@@ -151,7 +198,8 @@ def panel_finding(ax, xlabel: str, ylabel: str, xcats: list[str], ycats: list[st
             horizontal = getattr(bars[0], "orientation", "vertical") == "horizontal"
             return _bars(ax, bars, ycats if horizontal else xcats)
         ylab, xlab = _name(ylabel, "y"), _name(xlabel, "x")
-        lines = [ln for ln in ax.get_lines() if ln.get_visible() and len(ln.get_xdata()) > 1]
+        lines, points, _references = plotted_lines(ax)
+        lines = lines or points  # marker-only series speak when there is no data line
         if lines and not xcats:
             return _lines(ax, lines, ylab, xlab)
         scatters = [c for c in ax.collections if isinstance(c, PathCollection)]

@@ -194,7 +194,7 @@ def test_descriptions_state_the_finding_first_without_tex_repeats_or_length():
     fig.canvas.draw()
     text = describe_figure(fig)
     plt.close(fig)
-    assert text.startswith("Sqrt(d) scaling: ‖∇_W L‖ peaks at 0 at ℓ 4. Largest: a (3), smallest: b (1)."), text
+    assert text.startswith("Sqrt(d) scaling: norm of ∇ W L peaks at 0 at ℓ 4. Largest: a (3), smallest: b (1)."), text
     assert not alt_text_problems(text), (alt_text_problems(text), text)
     fig, ax = plt.subplots()
     ax.plot(x, x, label="pre-LN")
@@ -213,3 +213,111 @@ def test_descriptions_state_the_finding_first_without_tex_repeats_or_length():
         text = describe_figure(fig)
         plt.close(fig)
         assert not alt_text_problems(text), (alt_text_problems(text), text)
+
+
+def _described(draw) -> str:
+    fig, ax = plt.subplots()
+    draw(fig, ax)
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    plt.close(fig)
+    return text
+
+
+def test_points_and_reference_lines_are_not_counted_as_data_lines():
+    """Marker-only series are points; axhline, a 2-point line at constant y, and lines labelled
+    "chance", "∝ T" or "fit" are references: neither counts as a line, nor is named as ending highest."""
+    def fit(fig, ax):
+        n = np.array([1e3, 1e4, 1e5])
+        ax.plot(n, [3.0, 2.6, 2.0], "o", label="measured")
+        ax.plot(n, 5 * n ** -0.08, "--", label="fit")
+        ax.plot(n[1], 2.6, "*")  # a single marker: an annotation, not a series
+        ax.set(xlabel="parameters", ylabel="loss")
+    text = _described(fit)
+    assert "plot of 3 points and a fitted line: loss against parameters" in text.lower(), text
+    assert "line plot" not in text.lower(), text
+
+    def refs(fig, ax):
+        t = np.arange(1, 9)
+        ax.plot(t, 0.1 * t, label="attention")
+        ax.plot(t, 0.2 * t + 0.05, label="loop")
+        ax.plot(t, 10 * t, ":", label=r"$\propto T$")
+        ax.axhline(0.5, label="chance")
+        ax.plot([1, 8], [0.3, 0.3], color="grey")
+        ax.set(xlabel="T", ylabel="seconds")
+        ax.legend()
+    text = _described(refs)
+    assert "line plot with 2 lines and 3 reference lines" in text.lower(), text
+    assert "loop ends highest" in text and "∝ T ends" not in text, text
+
+
+def test_lines_that_end_tied_are_said_to_end_tied():
+    def tied(fig, ax):
+        x = np.arange(5.0)
+        ax.plot(x, x / 4, label="a")
+        ax.plot(x, np.sqrt(x) / 2, label="b")
+        ax.plot(x, x / 8, label="c")
+        ax.set(xlabel="step", ylabel="accuracy")
+    text = _described(tied)
+    assert "a and b end tied highest (1), c lowest (0.5)" in text, text
+
+
+def test_panel_details_only_follow_their_own_kept_panel_and_no_bare_panel_count():
+    fig, axes = plt.subplots(1, 3)
+    for i, ax in enumerate(axes):
+        ax.plot(np.arange(1, 31), np.linspace(0, 0.31, 30))
+        ax.set(title=f"a rather long panel title number {i} " * 2, xlabel="step", ylabel="y")
+    set_alt_text(fig, "w" * 150)
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    set_alt_text(fig, "w" * 215)
+    short = describe_figure(fig)
+    assert not re.search(r"\d panels\.$", text) and not short.endswith("panels."), (text, short)
+    assert "3 panels: a rather long" not in text, text  # panel 1's kind fits: no titles-only list
+    set_alt_text(fig, "w" * 100)
+    for ax in axes:
+        ax.set_title(f"panel {ax.get_subplotspec().colspan.start}")
+        ax.set_ylabel("a long label " * 12)
+    titles = describe_figure(fig)
+    assert titles.endswith("3 panels: panel 0; panel 1; panel 2."), titles
+    set_alt_text(fig, "w" * 225)
+    assert len(describe_figure(fig)) <= 250, describe_figure(fig)  # the titles only where they fit
+    plt.close(fig)
+    for described in (text, short):  # panels described from the first on, none skipped
+        numbers = [int(n) for n in re.findall(r"Panel (\d), ", described)]
+        assert numbers == list(range(1, len(numbers) + 1)), described
+    for panel in re.findall(r"Panel (\d): step from", text + short):
+        assert f"Panel {panel}, " in text + short, (text, short)
+
+
+def test_a_bar_charts_range_is_its_bar_centres():
+    text = _described(lambda fig, ax: (ax.bar(np.arange(256), np.arange(256) % 7), ax.set(xlabel="channel"),
+                                       ax.axhline(3, ls=":", label="chance")))
+    assert "channel from 0 to 255" in text and "bar chart with a reference line of" in text.lower(), text
+
+
+def test_subscripts_and_pipes_are_read_as_words_and_flagged_when_raw():
+    def labels(fig, ax):
+        ax.plot([0, 1, 2], [1.0, 2.0, 4.0])
+        ax.set(xlabel="ω_i", ylabel="max |x|")
+    text = _described(labels)
+    assert "ω i" in text and "max magnitude of x" in text and not alt_text_problems(text), text
+    assert alt_text_problems("A line plot of ω_i.") and alt_text_problems("A line plot of |x|.")
+    from fundamentallm.a11y import _clean
+
+    assert _clean("<|endoftext|>") == "<|endoftext|>"  # a special token is not a magnitude
+
+
+def test_a_single_panel_keeps_its_kind_and_axes_after_a_long_hand_finding():
+    fig, ax = plt.subplots()
+    ax.plot([128, 256, 512], [900.0, 850.0, 800.0], label="cached")
+    ax.plot([128, 256, 512], [850.0, 400.0, 200.0], label="no cache")
+    ax.set(xlabel="sequence length (tokens)", ylabel="tokens/s", xscale="log", yscale="log",
+           title="Generation speed with and without the cache")
+    set_alt_text(fig, "With the cache, generation keeps 800 to 900 tokens per second from 128 to 512 tokens; "
+                      "without it the rate falls fourfold, from 850 to 200, as every step recomputes the prefix.")
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    plt.close(fig)
+    assert "log-log line plot with 2 lines of tokens/s against sequence length" in text.lower(), text
+    assert len(text) <= 250 and not alt_text_problems(text), (len(text), text)
