@@ -71,7 +71,7 @@ def wrong_answer(check: str, kind: str, what: str, source: str, *, call: str, me
     # The declaring module's file (sys._getframe, not inspect.stack(), which reads the source of
     # every frame on the stack: seconds at import once the tables hold a few hundred rows).
     caller = sys._getframe(1).f_code.co_filename
-    chapter = re.search(r"ch(\d\d)\.py$", caller)
+    chapter = re.search(r"ch(\d\d)(?:_\w+)?\.py$", caller)  # chNN.py or a second part, chNN_NAME.py
     entry = WrongAnswer(check, kind, what, _dedent(source), call, message, chapter.group(1) if chapter else "")
     WRONG_ANSWERS.append(entry)
     return entry
