@@ -97,6 +97,7 @@ def cmd_record(args: argparse.Namespace) -> dict:
         STEPS,
         RunSettings,
         commit_of,
+        cpu_has_bf16,
         cpu_name,
         parse_overrides,
         run_compare,
@@ -118,6 +119,10 @@ def cmd_record(args: argparse.Namespace) -> dict:
                                                                                    theirs["time_to_target_s"]), 4)}
     print(f"\n{candidate} against {args.against} on {args.corpus}: {len(seeds)} seeds each ({seeds[0]}..{seeds[-1]}), "
           f"{args.steps} steps, one interleaved run")
+    bf16 = cpu_has_bf16()
+    print(f"  machine: {cpu_name()}, {os.cpu_count()} CPUs, bf16 instructions: {'yes' if bf16 else 'no'}"
+          + ("" if bf16 else " (bf16 products are emulated here, so a recipe with mixed_precision='bf16' trains "
+                             "slower than where the records were measured; the verdict compares on this machine)"))
     print(f"  validation loss {mine['mean']:.4f} vs {theirs['mean']:.4f} (difference {versus['mean_diff']:+.4f}); "
           f"one-sided permutation test p = {versus['p_value']:.4f}")
     print(f"  training time {sum(mine['train_s']):.1f} s vs {sum(theirs['train_s']):.1f} s "
@@ -137,7 +142,7 @@ def cmd_record(args: argparse.Namespace) -> dict:
               "train_time_ratio": versus["train_time_ratio"], "speedrun": speedrun,
               "reproduce": f"python -m fundamentallm record try {args.recipe} --against {args.against} "
                            f"--corpus {args.corpus} --seeds {args.seeds} --seed {args.seed} --steps {args.steps}",
-              "machine": {"platform": platform.platform(), "cpu": cpu_name(), "cpus": os.cpu_count(),
+              "machine": {"platform": platform.platform(), "cpu": cpu_name(), "cpus": os.cpu_count(), "cpu_bf16": bf16,
                           "python": platform.python_version()},
               "torch": torch.__version__, "fundamentallm": __version__,
               "commit": commit_of(Path(__file__).resolve().parent),

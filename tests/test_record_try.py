@@ -40,7 +40,9 @@ def test_a_recipe_against_itself_is_not_a_record_and_its_json_reproduces_it(tmp_
                  *QUICK]) == 0
     printed = capsys.readouterr().out
     assert "verdict: not a new record" in printed and "not p < 0.01" in printed
+    assert "bf16 instructions: " in printed  # the records' bf16 products are emulated on a CPU without them
     first = json.loads(out.read_text())
+    assert isinstance(first["machine"]["cpu_bf16"], bool)
     run = first["run"]
     assert run["ours+"]["val_loss"] == run["ours"]["val_loss"]  # the same seeds: the same losses
     assert first["new_record"] is False and first["p_value"] >= 0.01
