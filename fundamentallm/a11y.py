@@ -26,6 +26,7 @@ import sys
 import zlib
 from typing import Any, Optional
 
+from .alt_findings import num as _num  # 3 significant digits, the findings' format
 from .alt_findings import panel_finding, plotted_lines
 
 KEYWORD = "Description"
@@ -45,16 +46,6 @@ def set_alt_text(fig, text: str):
         raise ValueError(f"text must be a non-empty string describing the figure, got {text!r}")
     fig._fl_alt_text = " ".join(text.split())
     return fig
-
-
-def _num(v: float) -> str:
-    """3 significant digits, without an exponent between 0.001 and 100,000 (1150, not 1.15e3)."""
-    if v == 0:
-        return "0"
-    if 1e-3 <= abs(v) < 1e5:
-        text = f"{v:.3g}"
-        return f"{round(v):d}" if "e" in text else text
-    return f"{v:.3g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
 
 
 def _range(ax, which: str) -> tuple[float, float]:
