@@ -29,8 +29,8 @@ WHO = {"record": "FundamentaLLM", "ours": "FundamentaLLM",
 WHAT = {
     "record": "3 x 144, 6 heads, RoPE, RMSNorm, SwiGLU 368, QK-norm, value embeddings, canon layers (embeddings, "
               "before each attention and feed-forward), untied head, Muon 0.03 (weight decay 0.15, 4 Newton-Schulz "
-              "steps) + AdamW 3.5e-3, bf16 autocast, torch.compile, windows drawn without replacement",
-    "ours": "3 x 144, RoPE, RMSNorm, SwiGLU, AdamW 2.5e-3, bf16 autocast",
+              "steps) + AdamW 3.5e-3, bf16 autocast where native, torch.compile, windows drawn without replacement",
+    "ours": "3 x 144, RoPE, RMSNorm, SwiGLU, AdamW 2.5e-3, bf16 autocast where native",
     "baseline": "4 x 128, LayerNorm, learned positions, GELU, AdamW 1e-3, float32",
 }
 RULE = ("a new record, of the fixed budget (validation loss) or of the speedrun (time_to_target_s), is "

@@ -86,7 +86,8 @@ def _build_parser(recipe: Optional[str] = None, given_only: bool = False) -> arg
                        "for the rest (see the book's appendix)")
     train.add_argument("--mixed-precision", default="auto", choices=PRECISIONS,
                        help="'auto': bf16 or fp16 on CUDA, float32 elsewhere; 'bf16' also on the CPU "
-                       "(faster on CPUs with bf16 instructions, slower without)")
+                       "(faster on CPUs with bf16 instructions, much slower without); 'bf16-native': bf16 "
+                       "where the device has bf16 instructions, float32 elsewhere (the recipes' choice)")
     train.add_argument("--no-compile", action="store_true",
                        help="train without torch.compile where the --recipe uses it (on the CPU it needs "
                        "a C++ compiler; the numbers differ slightly)")

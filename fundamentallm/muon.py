@@ -28,7 +28,10 @@ from typing import Iterable
 import torch
 from torch.optim.adam import adam
 
+from .utils import native_bf16
+
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+NS_DTYPES = (torch.bfloat16, torch.float32, torch.float64)
 
 
 def newton_schulz(G: torch.Tensor, steps: int = 5, coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
@@ -39,7 +42,8 @@ def newton_schulz(G: torch.Tensor, steps: int = 5, coefficients: tuple[float, fl
     ``G`` is first divided by its Frobenius norm, which bounds every singular value by 1 (the
     polynomial only converges there). A tall matrix is transposed so that ``X Xᵀ`` is the small
     Gram matrix. Computed in ``dtype`` (bf16 by default, as in ``torch.optim.Muon``: the
-    iteration tolerates the rounding, and bf16 products are several times faster)."""
+    iteration tolerates the rounding, and bf16 products are several times faster where the
+    hardware has bf16 instructions; ``Muon`` passes float32 where it has not)."""
     if G.dim() < 2:
         raise ValueError(f"newton_schulz needs a matrix (or a stack of them), got shape {tuple(G.shape)}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -111,14 +115,21 @@ class Muon(torch.optim.Optimizer):
     of Muon's extra time. The momentum equals ``torch.optim.Muon``'s bit for bit; the weights
     most often too, but the batched bf16 products (``baddbmm``) now and then round differently
     from torch's one-matrix ``addmm`` (about one Newton-Schulz call in 200, by a few bf16 ulps),
-    so compare with a tolerance, not ``torch.equal``. An AdamW group (``use_muon=False``) takes
+    so compare with a tolerance, not ``torch.equal``. ``ns_dtype``: the Newton-Schulz iteration's
+    precision; ``None`` (the default) is bf16 where the weights' device multiplies bf16 natively
+    (``utils.native_bf16``: a GPU with bf16, a CPU with AVX512-BF16 or AMX) and float32 elsewhere,
+    where a bf16 product is converted in software and costs several times a float32 one. An AdamW group (``use_muon=False``) takes
     ``lr``, ``betas``, ``eps`` and ``weight_decay`` and is updated exactly as by
     ``torch.optim.AdamW``.
     """
 
     def __init__(self, params: Iterable, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  weight_decay: float = 0.0, ns_steps: int = 5, betas: tuple[float, float] = (0.9, 0.95),
-                 eps: float = 1e-8) -> None:
+                 eps: float = 1e-8, ns_dtype: torch.dtype | None = None) -> None:
+        if ns_dtype is not None and ns_dtype not in NS_DTYPES:
+            raise ValueError(f"ns_dtype={ns_dtype!r} is not supported; allowed values: None (bf16 where native, "
+                             f"else float32), {', '.join(map(str, NS_DTYPES))}")
+        self.ns_dtype = ns_dtype
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                         ns_steps=ns_steps, betas=tuple(betas), eps=eps, use_muon=True)
         super().__init__(params, defaults)  # checks every group through add_param_group
@@ -166,8 +177,9 @@ class Muon(torch.optim.Optimizer):
             by_shape[(tuple(wide.shape), update.dtype, update.device)].append((p, wide))
         if group["weight_decay"]:
             torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
-        for items in by_shape.values():
-            ortho = newton_schulz(torch.stack([w for _, w in items]), steps=group["ns_steps"])
+        for (_, _, device), items in by_shape.items():
+            dtype = self.ns_dtype or (torch.bfloat16 if native_bf16(device) else torch.float32)
+            ortho = newton_schulz(torch.stack([w for _, w in items]), steps=group["ns_steps"], dtype=dtype)
             by_target: dict[tuple, tuple[list, list]] = defaultdict(lambda: ([], []))
             for (p, wide), o in zip(items, ortho):
                 targets, values = by_target[(tuple(p.shape), p.dtype)]

@@ -52,7 +52,8 @@ MODERN = dict(pos_encoding="rope", norm="rmsnorm", activation="swiglu", bias=Fal
 SCHEDULES = ("cosine", "inverse_sqrt", "constant", "wsd")
 OPTIMIZERS = ("adamw", "muon")
 SAMPLINGS = ("random", "epoch")  # how training windows are drawn (data.DataSource)
-PRECISIONS = ("auto", "bf16", "fp16", "off")
+# "bf16-native": bf16 where the device multiplies it natively (utils.native_bf16), float32 elsewhere
+PRECISIONS = ("auto", "bf16", "bf16-native", "fp16", "off")
 DEVICES = ("auto", "cpu", "cuda", "mps", "meta")
 
 # --- the CPU training budget and its recipes -----------------------------------------------------
@@ -71,12 +72,14 @@ RECIPES: dict[str, dict[str, dict[str, Any]]] = {
                    grad_clip=1.0),
     ),
     # The course's choices at the same size and budget, with AdamW; matrix products in bf16
-    # (autocast; the weights, the optimizer and the attention stay float32).
+    # (autocast; the weights, the optimizer and the attention stay float32) on a CPU with bf16
+    # instructions, in float32 on one without ("bf16-native": converted in software, bf16 products
+    # are slower than float32's there).
     "ours": dict(
         model=dict(d_model=144, num_heads=8, num_layers=3, norm="rmsnorm", pos_encoding="rope",
                    activation="swiglu", bias=False, tie_weights=True, attn_impl="sdpa"),
         train=dict(lr=2.5e-3, min_lr=2.5e-5, warmup_steps=100, betas=(0.9, 0.99), weight_decay=0.1,
-                   grad_clip=1.0, mixed_precision="bf16"),
+                   grad_clip=1.0, mixed_precision="bf16-native"),
     ),
     # The record: ours plus what the 2024-2026 speedruns learned -- Muon for the hidden
     # matrices, QK-norm, value embeddings and an untied output layer (d_ff 368 instead of 384
@@ -95,7 +98,7 @@ RECIPES: dict[str, dict[str, dict[str, Any]]] = {
                    activation="swiglu", bias=False, tie_weights=False, qk_norm=True, value_embeddings=True,
                    canon="embed+attn+ffn", attn_impl="sdpa"),
         train=dict(lr=3.5e-3, min_lr=2.5e-5, warmup_steps=100, betas=(0.9, 0.99), weight_decay=0.1,
-                   grad_clip=1.0, mixed_precision="bf16", optimizer="muon", muon_lr=0.03, muon_weight_decay=0.15,
+                   grad_clip=1.0, mixed_precision="bf16-native", optimizer="muon", muon_lr=0.03, muon_weight_decay=0.15,
                    muon_ns_steps=4, compile=True, sampling="epoch"),
     ),
 }

@@ -121,8 +121,8 @@ def cmd_record(args: argparse.Namespace) -> dict:
           f"{args.steps} steps, one interleaved run")
     bf16 = cpu_has_bf16()
     print(f"  machine: {cpu_name()}, {os.cpu_count()} CPUs, bf16 instructions: {'yes' if bf16 else 'no'}"
-          + ("" if bf16 else " (bf16 products are emulated here, so a recipe with mixed_precision='bf16' trains "
-                             "slower than where the records were measured; the verdict compares on this machine)"))
+          + ("" if bf16 else " (so the recipes' bf16-native products and Muon's Newton-Schulz run in float32 here, "
+                             "and their times differ from the stored records'; the verdict compares on this machine)"))
     print(f"  validation loss {mine['mean']:.4f} vs {theirs['mean']:.4f} (difference {versus['mean_diff']:+.4f}); "
           f"one-sided permutation test p = {versus['p_value']:.4f}")
     print(f"  training time {sum(mine['train_s']):.1f} s vs {sum(theirs['train_s']):.1f} s "

@@ -33,6 +33,7 @@ from .data import load_corpus, train_val_split
 from .recipes import BUDGET, RECIPES, configs
 from .tokenizers import CharacterTokenizer
 from .training import TrainConfig, Trainer
+from .utils import cpu_has_bf16
 
 STEPS, BATCH, BLOCK = BUDGET["steps"], BUDGET["batch_size"], BUDGET["block_size"]  # 1,536,000 tokens
 MAX_PARAMS = BUDGET["max_params"]
@@ -192,16 +193,6 @@ def cpu_name() -> str:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
     return f"{fields.get('model name', '')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')})"
-
-
-def cpu_has_bf16() -> bool:
-    """Whether the CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX); without it, the
-    bf16 recipes still run, but slower than in float32 (Linux only; False where unknown)."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 PROBE_STEPS = 3

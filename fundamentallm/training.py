@@ -37,7 +37,7 @@ from .evaluation import check_batch, check_data, evaluate, mask_kwargs
 from .optimizers import make_optimizer, muon_parameters
 from .recipes import OPTIMIZERS, PRECISIONS, SAMPLINGS, SCHEDULES  # noqa: F401  (the choices, as before)
 from .train_config import TrainConfig, lr_at
-from .utils import get_device, inputs_checked, rng_state, set_rng_state
+from .utils import get_device, inputs_checked, native_bf16, rng_state, set_rng_state
 
 __all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "check_batch", "check_data", "cpp_compiler",
            "deterministic_algorithms", "evaluate", "lr_at", "make_optimizer", "muon_parameters"]
@@ -127,9 +127,13 @@ class Trainer:
     def _resolve_precision(self) -> Optional[torch.dtype]:
         """``auto``: mixed precision on CUDA (bf16 where supported, else fp16), float32 elsewhere.
         ``bf16`` also works on the CPU, where it is opt-in: its matrix products are ~4x faster than
-        float32's on CPUs with bf16 instructions (AVX512-BF16, AMX) and slower on CPUs without them
-        (see benchmarks/README.md). The weights, the optimizer and the loss stay float32."""
+        float32's on CPUs with bf16 instructions (AVX512-BF16, AMX) and much slower on CPUs without
+        them (see benchmarks/README.md). ``bf16-native``: bf16 where the device multiplies it
+        natively (``utils.native_bf16``), float32 elsewhere -- the recipes' choice, fast on every
+        machine. The weights, the optimizer and the loss stay float32."""
         mode = self.config.mixed_precision
+        if mode == "bf16-native":
+            return torch.bfloat16 if native_bf16(self.device) else None
         if mode == "off" or (mode == "auto" and self.device.type != "cuda"):
             return None
         if mode == "auto":
@@ -139,7 +143,7 @@ class Trainer:
                              f"there), got device {self.device.type!r}; use 'bf16' or 'off'")
         if mode == "bf16" and self.device.type not in ("cuda", "cpu"):
             raise ValueError(f"mixed_precision='bf16' is supported on 'cuda' and 'cpu', got device "
-                             f"{self.device.type!r}; use 'off'")
+                             f"{self.device.type!r}; use 'bf16-native' or 'off'")
         return torch.bfloat16 if mode == "bf16" else torch.float16
 
     def _autocast(self):

@@ -50,6 +50,41 @@ def test_cpu_bf16_autocast_through_the_config():
         assert Trainer(_model(), _data(), config=TrainConfig(mixed_precision=mode, **cfg)).amp_dtype is None
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_native_follows_the_hardware(monkeypatch, native):
+    """mixed_precision="bf16-native" (the recipes'): bf16 where the device multiplies bf16 natively
+    (a CPU with AVX512-BF16 or AMX, a GPU with bf16), float32 elsewhere, where a bf16 product is
+    converted in software and is several times slower than float32's; "bf16" stays bf16 anywhere."""
+    import fundamentallm.training as training
+
+    monkeypatch.setattr(training, "native_bf16", lambda device: native)
+    cfg = dict(max_steps=2, batch_size=4, warmup_steps=0, progress=False, device="cpu")
+    trainer = Trainer(_model(), _data(), config=TrainConfig(mixed_precision="bf16-native", **cfg))
+    assert trainer.amp_dtype == (torch.bfloat16 if native else None)
+    assert Trainer(_model(), _data(), config=TrainConfig(mixed_precision="bf16", **cfg)).amp_dtype == torch.bfloat16
+
+
+def test_native_bf16_reads_the_cpu_flags(monkeypatch, tmp_path):
+    """native_bf16("cpu") is true exactly with the avx512_bf16 or amx_bf16 flag in /proc/cpuinfo."""
+    import builtins
+
+    from fundamentallm import utils
+
+    real_open = builtins.open
+    for flags, expected in (("fpu avx avx2 fma", False), ("avx2 avx512f avx512_bf16", True),
+                            ("avx512f amx_bf16 amx_tile", True)):
+        info = tmp_path / "cpuinfo"
+        info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(builtins, "open", lambda path, *a, info=info, **k: real_open(
+            info if path == "/proc/cpuinfo" else path, *a, **k))
+        utils.cpu_has_bf16.cache_clear()
+        try:
+            assert utils.native_bf16("cpu") is expected and utils.native_bf16("meta") is False
+        finally:
+            monkeypatch.setattr(builtins, "open", real_open)
+            utils.cpu_has_bf16.cache_clear()
+
+
 def test_cpu_bf16_autocast_with_muon_and_sdpa():
     """The record's recipe: Muon, SDPA attention (run in float32 under CPU autocast) and bf16."""
     torch.manual_seed(0)

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+import fundamentallm.muon as muon_module
 from fundamentallm.muon import NS_COEFFICIENTS, Muon, muon_lr_scale, newton_schulz
 
 # Tall, wide and square, repeated shapes (one batched product), a tall and a wide matrix that
@@ -126,7 +127,7 @@ def test_muon_matches_torch_muon(steps, weight_decay, nesterov):
     ours = [torch.nn.Parameter(p.clone()) for p in start]
     theirs = [torch.nn.Parameter(p.clone()) for p in start]
     kw = dict(lr=0.03, momentum=0.9, nesterov=nesterov, weight_decay=weight_decay)
-    opt = Muon(ours, **kw)
+    opt = Muon(ours, **kw, ns_dtype=torch.bfloat16)  # torch's Newton-Schulz is bf16 on any machine
     ref = torch.optim.Muon(theirs, **kw)
     _run(opt, ours, grads)
     _run(ref, theirs, grads)
@@ -144,7 +145,7 @@ def test_muon_matches_torch_muon_over_many_draws():
         start, grads = _params(shapes, seed), _grads(shapes, 1, seed + 100)
         ours = [torch.nn.Parameter(p.clone()) for p in start]
         theirs = [torch.nn.Parameter(p.clone()) for p in start]
-        _run(Muon(ours, lr=0.02), ours, grads)
+        _run(Muon(ours, lr=0.02, ns_dtype=torch.bfloat16), ours, grads)
         _run(torch.optim.Muon(theirs, lr=0.02, weight_decay=0.0), theirs, grads)
         _assert_matches_torch(ours, theirs, 1, lr=0.02)
 
@@ -156,20 +157,34 @@ def test_muon_defaults_match_the_documented_ones():
             group["use_muon"]) == (0.02, 0.95, True, 0.0, 5, True)
 
 
-def test_muon_update_written_out():
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("ns_dtype", [None, torch.bfloat16, torch.float32])
+def test_muon_update_written_out(monkeypatch, native, ns_dtype):
     """One step from zero momentum, written out: u = NS((1 - mu) g + mu (1 - mu) g), then
-    W <- W (1 - lr wd) - lr sqrt(max(1, rows / cols)) u, for a tall matrix."""
+    W <- W (1 - lr wd) - lr sqrt(max(1, rows / cols)) u, for a tall matrix. Newton-Schulz runs in
+    ``ns_dtype``; by default in bf16 where the device multiplies bf16 natively, else in float32
+    (on a CPU without bf16 instructions a bf16 product is converted in software: many times slower)."""
+    monkeypatch.setattr(muon_module, "native_bf16", lambda device: native)
     w0 = torch.randn(9, 4, generator=torch.Generator().manual_seed(5))
     g = torch.randn(9, 4, generator=torch.Generator().manual_seed(6))
     w = torch.nn.Parameter(w0.clone())
-    opt = Muon([w], lr=0.05, momentum=0.8, weight_decay=0.2)
+    opt = Muon([w], lr=0.05, momentum=0.8, weight_decay=0.2, ns_dtype=ns_dtype)
     w.grad = g.clone()
     opt.step()
     buf = 0.2 * g
-    u = newton_schulz(g.lerp(buf, 0.8))
+    dtype = ns_dtype or (torch.bfloat16 if native else torch.float32)
+    u = newton_schulz(g.lerp(buf, 0.8), dtype=dtype)
     expected = w0 * (1 - 0.05 * 0.2) - 0.05 * math.sqrt(9 / 4) * u.float()
     torch.testing.assert_close(opt.state[w]["momentum_buffer"], buf)
     torch.testing.assert_close(w.detach(), expected, rtol=1e-6, atol=1e-6)
+    other = torch.bfloat16 if dtype == torch.float32 else torch.float32  # the step did not run in this one
+    assert not torch.allclose(w.detach(), w0 * (1 - 0.05 * 0.2) - 0.05 * 1.5 *
+                              newton_schulz(g.lerp(buf, 0.8), dtype=other).float(), rtol=0, atol=1e-6)
+
+
+def test_bad_ns_dtype_is_named():
+    with pytest.raises(ValueError, match=r"ns_dtype=torch.float16 is not supported; allowed values: None"):
+        Muon([torch.nn.Parameter(torch.zeros(4, 3))], ns_dtype=torch.float16)
 
 
 def test_adamw_group_equals_torch_adamw():
@@ -182,7 +197,7 @@ def test_adamw_group_equals_torch_adamw():
     ours_a = [torch.nn.Parameter(p.clone()) for p in adam_start]
     ours_m = [torch.nn.Parameter(p.clone()) for p in muon_start]
     opt = Muon([{"params": ours_m, "lr": 0.02}, {"params": ours_a, "use_muon": False, **adam_kw}],
-               momentum=0.9)
+               momentum=0.9, ns_dtype=torch.bfloat16)
     ref_a = [torch.nn.Parameter(p.clone()) for p in adam_start]
     ref_m = [torch.nn.Parameter(p.clone()) for p in muon_start]
     adamw = torch.optim.AdamW(ref_a, **adam_kw)
