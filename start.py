@@ -4,6 +4,7 @@
     python3 start.py            # students: set up .venv, copy the chapters to work/, open JupyterLab there
     python3 start.py --all      # instructors and contributors: also the tests', book's and grader's tools
     python3 start.py test       # run the tests and every chapter (arguments after `test` go to pytest)
+                                # in one pytest process per core (pytest-xdist; `test -n 0`: one process)
 
 Set-up (each step skipped when already done; ``--reinstall`` redoes it):
 
@@ -60,6 +61,19 @@ def run(*cmd, check: bool = True, **kw) -> int:
     if check and rc != 0:
         sys.exit(f"start.py: this step failed (exit {rc}): {' '.join(map(str, cmd))}")
     return rc
+
+
+def pytest_workers(py: Path, args: list[str]) -> list[str]:
+    """``-n N`` for ``start.py test``: one pytest worker per core, at most 4 (each worker runs its
+    tests and chapter kernels on one torch thread, so a single process leaves the other cores
+    idle). None when the caller chose (``-n``, ``--numprocesses``,
+    ``-p no:xdist``), on one core, or without pytest-xdist."""
+    if any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in args):
+        return []
+    cores = os.cpu_count() or 1
+    if cores < 2 or subprocess.run([str(py), "-c", "import xdist"], capture_output=True).returncode != 0:
+        return []
+    return ["-n", str(min(cores, 4))]
 
 
 def has_nvidia_gpu() -> bool:
@@ -280,7 +294,7 @@ def main() -> int:
     args, rest = parser.parse_known_args()
     if args.command == "test":
         py = set_up("all", args.reinstall)
-        return run(py, "-m", "pytest", *rest, check=False)
+        return run(py, "-m", "pytest", *pytest_workers(py, rest), *rest, check=False)
     if rest and "open" not in sys.argv[1:]:
         parser.error(f"unrecognized arguments: {' '.join(rest)} (arguments go on after `open`, to "
                      f"JupyterLab, and after `test`, to pytest)")
