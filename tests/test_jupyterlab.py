@@ -179,8 +179,8 @@ def test_a_live_explorer_recomputes_when_a_slider_moves(new_page, lab):
     # on a loaded machine (the prompt stays "[ ]"), so ask again until the cell has started.
     prompt = cell.locator(".jp-InputArea-prompt")
     for _ in range(5):
-        cell.scroll_into_view_if_needed()
-        cell.locator(".jp-InputArea-editor").click()
+        cell.scroll_into_view_if_needed(timeout=TIMEOUT_MS)
+        cell.locator(".jp-InputArea-editor").click(timeout=TIMEOUT_MS)
         page.keyboard.press("Shift+Enter")
         try:
             page.wait_for_function("p => p.innerText.trim() !== '[ ]:'", arg=prompt.element_handle(),

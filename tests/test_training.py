@@ -482,7 +482,7 @@ def test_muon_trainer_learns_and_is_deterministic():
 
 
 def compiled_run(threads: list[int], warm_up: bool, **train):
-    """A record-like model (canon layers, QK-norm, value embeddings, Muon, bf16) trained one
+    """A record-like model (canon layers, QK-norm, value embeddings, Muon, bf16 where native) trained one
     step per entry of ``threads`` at that many threads; its weights and losses."""
     torch.manual_seed(0)
     model = Transformer(TransformerConfig(vocab_size=65, d_model=96, num_heads=4, num_layers=2, max_seq_len=32,
@@ -491,7 +491,7 @@ def compiled_run(threads: list[int], warm_up: bool, **train):
                                           canon="embed+attn+ffn"))
     data = torch.randint(65, (4000,), generator=torch.Generator().manual_seed(0))
     trainer = Trainer(model, data, None, config(max_steps=len(threads), batch_size=12, optimizer="muon",
-                                                mixed_precision="bf16", **train))
+                                                mixed_precision="bf16-native", **train))
     compile_s = trainer.warm_up() if warm_up else None
     before = torch.get_num_threads()
     try:
