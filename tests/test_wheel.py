@@ -4,8 +4,13 @@ here from the working tree's book by the installed package's ``colab-edition``) 
 page, copied to an empty folder, executed there: what a reader on Colab runs, with nothing of a
 clone beside it (a chapter that reads a file only a clone has fails here).
 
-Cost: the wheel build and the venv are quick; the 17 chapters and the records page run up to four at a time (each in its
-own kernel, one per CPU core), so the test costs about what executing the book costs;
+The edition is the students' (stubs in the answer cells, solutions as text), so this is also
+the student edition's end-to-end run: every unattempted exercise's check prints its one line
+and no `Out: True` (tests/test_course.py checks that the two editions hold the same code).
+
+Cost: the wheel build and the venv are quick; the chapters and the records page run up to four
+at a time (each in its own kernel, one per CPU core), so the test costs about what executing
+the book costs;
 marked ``slow``: ``pytest -m "not slow"`` skips it. The venv is clean (no system
 site-packages): it holds the wheel, and only the distributions the wheel declares (``[book]``
 extra included) and what they declare in turn, linked from this machine's environment, so that
@@ -24,6 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +52,8 @@ for name in sys.argv[2:]:  # one page per process when the test runs several at 
     nb.cells.insert(0, nbformat.v4.new_code_cell(probe))
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(Path(name).resolve().parent)}}).execute()
+    Path("../executed").mkdir(exist_ok=True)
+    nbformat.write(nb, Path("../executed") / name)  # outside the folder the pages run in
     print(json.dumps({"executed": name}), flush=True)
 """
 
@@ -150,3 +158,15 @@ def test_wheel_in_a_fresh_venv_runs_chapters_outside_the_repository(tmp_path):
         if proc.returncode != 0 or executed != [name]:
             failed.append(f"{name}:\n{err[-3000:]}")
     assert not failed, "pages that fail outside the repository:\n" + "\n".join(failed)
+
+    # 4. the edition is the students' (stubs, no solutions run): every unattempted exercise's
+    # check printed its one line and no `Out: True`. The student edition's code cells are the
+    # same (tests/test_course.py), so this run is its end-to-end run too.
+    for name in chapters:
+        nb = nbformat.read(tmp_path / "executed" / name, as_version=4)
+        checks = [c for c in nb.cells if "check" in c.metadata.get("tags", [])]
+        assert checks, f"{name}: no exercise checks"
+        for cell in checks:
+            text = "".join(o.get("text", "") for o in cell.outputs)
+            assert "not attempted yet" in text and len(text.strip().splitlines()) == 1, f"{name}: {text}"
+            assert not [o for o in cell.outputs if o.get("output_type") == "execute_result"], name
