@@ -27,7 +27,7 @@ import zlib
 from typing import Any, Optional
 
 from .alt_findings import num as _num  # 3 significant digits, the findings' format
-from .alt_findings import panel_finding, plotted_lines
+from .alt_findings import panel_finding, plotted_lines, spoken_number
 
 KEYWORD = "Description"
 MAX_PANELS = 6  # panels described one by one; the rest are counted
@@ -44,8 +44,32 @@ def set_alt_text(fig, text: str):
     derived description (titles, axes, legend) follows it in the alt text. Returns ``fig``."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"text must be a non-empty string describing the figure, got {text!r}")
-    fig._fl_alt_text = " ".join(text.split())
+    fig._fl_alt_text = speakable(" ".join(text.split()))
     return fig
+
+
+# a number in e-notation ("1e-05", "2.3e+08"), which a screen reader spells out letter by letter
+_E_NUMBER = re.compile(r"(?<!\w)(?<!\d\.)(\d+(?:\.\d+)?)[eE]([+\-\u2212]?\d+)(?!\w|\.\d)")
+# a special token's name ("<cls>"), read as "less than c l s greater than"; said as words
+_TOKEN = re.compile(r"<([a-z]+)>")
+_TOKEN_WORDS = {"cls": "class", "pad": "padding", "unk": "unknown", "sep": "separator", "bos": "beginning",
+                "eos": "end"}
+_ARROW = re.compile(r"\s*-+>\s*")  # "a -> b", read as "dash greater than"
+
+
+def speakable(text: str) -> str:
+    """``text`` as a screen reader says it well: numbers in e-notation written out with as many
+    significant digits as they had ("1e-05" as "0.00001", "2.3e+08" as "230 million":
+    :func:`~fundamentallm.alt_findings.spoken_number`), "->" as "to", a special token's name as
+    words ("<cls>" as "class token")."""
+    def number(m):
+        digits = len(m.group(1).replace(".", "").lstrip("0")) or 1
+        return spoken_number(float(m.group(1) + "e" + m.group(2).replace("\u2212", "-")), digits)
+
+    text = _E_NUMBER.sub(number, text)
+    text = _ARROW.sub(" to ", text)
+    # ("the <cls> token" as "the class token", not "class token token")
+    return re.sub(_TOKEN.pattern + r"(?: token\b)?", lambda m: _TOKEN_WORDS.get(m.group(1), m.group(1)) + " token", text)
 
 
 def _range(ax, which: str) -> tuple[float, float]:
@@ -68,6 +92,12 @@ _SYMBOLS = {"cdot": "·", "times": "×", "le": "≤", "leq": "≤", "ge": "≥",
 
 
 def _clean(text: str) -> str:
+    """Matplotlib mathtext ($\\alpha$, $\\times$) to readable text, whitespace collapsed, and
+    said well (:func:`speakable`)."""
+    return speakable(_clean_tex(text))
+
+
+def _clean_tex(text: str) -> str:
     """Matplotlib mathtext ($\\alpha$, $\\times$) to readable text, whitespace collapsed."""
     text = re.sub(r"\$([^$]*)\$", lambda m: re.sub(r"\\(mathrm|mathdefault|text|mathbf|mathit)\{([^}]*)\}", r"\2",
                                                     m.group(1)), text)
@@ -86,14 +116,14 @@ def _clean(text: str) -> str:
 def _tick_labels(axis) -> list[str]:
     """The text of an axis's tick labels when they name categories (tokens, heads, recipes)
     rather than numbers; [] for a numeric axis."""
-    labels = [_clean(t.get_text()) for t in axis.get_ticklabels()]
+    labels = [_clean_tex(t.get_text()) for t in axis.get_ticklabels()]
     labels = [t for t in labels if t]
     if not labels:
         return []
     numeric = re.compile(r"^[\u2212+-]?[\d.,]+(e[\u2212+-]?\d+)?%?$|^10\^?[\u2212+-]?\d+$|^\d+\^[\u2212+-]?\d+$")
     if all(numeric.match(t.replace(" ", "")) for t in labels):
         return []
-    return labels
+    return [speakable(t) for t in labels]
 
 
 def _list(items: list[str], limit: int = MAX_LABELS) -> str:
@@ -176,7 +206,7 @@ def _describe_axes(ax, colorbars: dict) -> tuple[str, str, list[str]]:
         return ("", "text: " + _list(texts, 8), []) if texts else ("", "", [])
     x, y = _axis_phrase(ax, "x"), _axis_phrase(ax, "y")
     xcats, ycats = _tick_labels(ax.xaxis), _tick_labels(ax.yaxis)
-    finding = panel_finding(ax, x, y, xcats, ycats)
+    finding = speakable(panel_finding(ax, x, y, xcats, ycats))  # (line labels are not cleaned)
     if kinds[0].startswith("log-log "):  # the kind says both axes are logarithmic
         x, y = x.replace(" (log scale)", ""), y.replace(" (log scale)", "")
     kind = " and ".join(kinds)
@@ -299,9 +329,14 @@ def describe_figure(fig) -> str:
         body = _fit([f"{len(described)} panels: " + "; ".join(titles) + "."],
                     MAX_ALT - len(" ".join(head)) - 1)  # (not the floor of 60 a panel's kind gets)
     rest = budget - len(" ".join(body))
-    # a panel's ranges only after its own title and kind (never "Panel 1: step from ..." alone)
-    extra = _fit([f"Panel {i + 1}: " + "; ".join(shown[i][3][:2]) + "." for i in kept if shown[i][3]], rest)
-    return " ".join(head + body + extra)
+    # a panel's ranges in its own sentence, after its title and kind, where they fit (a second
+    # "Panel 1: ..." would sound like another panel of the same name)
+    for i in kept:
+        extra = "; " + "; ".join(shown[i][3][:2]) if shown[i][3] else ""
+        if extra and len(extra) <= rest:
+            body[1 + i] = body[1 + i][:-1] + extra + "."
+            rest -= len(extra)
+    return " ".join(head + body)
 
 
 _RAW_TEX = re.compile(r"\\[A-Za-z]+|\$|[_^]\{|[{}]")
@@ -314,9 +349,13 @@ _REPEATED = re.compile(r"\b([A-Za-z]{2,}(?:[^\w,;]+[A-Za-z]{2,})?)(?!-[A-Za-z])[
 
 def alt_text_problems(alt: str, limit: int = MAX_ALT + 10) -> list[str]:
     """What is wrong with an alt text: raw TeX, a subscript or pipe written as plain text ("ω_i",
-    "|x|"), a word or two repeated back to back ("rows (rows)",
+    "|x|"), a number in e-notation ("1e-05"), an arrow "->" or a special token's name ("<cls>")
+    (read out character by character), a word or two repeated back to back ("rows (rows)",
     "(log scale) (log scale)"), or more than ``limit`` characters. [] when nothing is."""
     problems = []
+    for pattern, what in ((_E_NUMBER, "e-notation"), (_ARROW, "arrow"), (_TOKEN, "token name")):
+        if pattern.search(alt):
+            problems.append(f"{what} {pattern.search(alt).group(0).strip()!r}")
     if _RAW_TEX.search(alt):
         problems.append(f"raw TeX {_RAW_TEX.search(alt).group(0)!r}")
     if _UNSPOKEN.search(alt):

@@ -10,20 +10,42 @@ a figure has one) and the axes after it.
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
 
 
-def num(v: float) -> str:
-    """3 significant digits, without an exponent between 0.001 and 100,000 (1150, not 1.15e3)."""
+def spoken_number(v: float, digits: int = 3) -> str:
+    """``v`` to ``digits`` significant digits, written the way a screen reader says it well: no
+    e-notation ("1e-05", "2.3e+08" are read letter by letter). Between 0.001 and 100,000 as
+    before (1150, 0.0123); above, with thousands separators and words (120,000, 230 million,
+    1.5 billion); below, as a decimal down to 0.000001, then as "2 times 10 to the minus 10"."""
     v = float(v)
     if v == 0 or not np.isfinite(v):
         return "0" if v == 0 else str(v)
     if 1e-3 <= abs(v) < 1e5:
-        text = f"{v:.3g}"
+        text = f"{v:.{digits}g}"
         return f"{round(v):d}" if "e" in text else text
-    return f"{v:.3g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+    v = float(f"{v:.{digits}g}")  # rounded first: 999,999 is 1 million at 3 digits
+    a, sign = abs(v), "-" if v < 0 else ""
+    if a >= 1e5:
+        for scale, word in ((1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
+            if a >= scale:
+                text = f"{a / scale:.{digits}g}"
+                return f"{sign}{f'{round(a / scale):,d}' if 'e' in text else text} {word}"
+        return f"{sign}{round(a):,d}"
+    exponent = math.floor(math.log10(a))
+    if exponent >= -6:
+        return sign + f"{a:.{digits - 1 - exponent}f}".rstrip("0").rstrip(".")
+    mantissa = f"{a / 10 ** exponent:.{digits}g}"
+    return f"{sign}{'' if mantissa == '1' else mantissa + ' times '}10 to the minus {-exponent}"
+
+
+def num(v: float) -> str:
+    """3 significant digits, without an exponent (1150, not 1.15e3; 230 million, not 2.3e8):
+    :func:`spoken_number`."""
+    return spoken_number(v, 3)
 
 
 def _name(label: str, fallback: str) -> str:

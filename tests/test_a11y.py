@@ -321,3 +321,52 @@ def test_a_single_panel_keeps_its_kind_and_axes_after_a_long_hand_finding():
     plt.close(fig)
     assert "log-log line plot with 2 lines of tokens/s against sequence length" in text.lower(), text
     assert len(text) <= 250 and not alt_text_problems(text), (len(text), text)
+
+
+def test_numbers_arrows_and_token_names_are_said_as_words():
+    """A screen reader spells out "1e-05", "2.3e+08", "->" and "<cls>" character by character: in a
+    hand-written description, a label or a number read from the data they are written as words,
+    and alt_text_problems flags them where they remain."""
+    from fundamentallm.alt_findings import num
+
+    assert [num(v) for v in (2.3e8, 1.5e9, 123456, 1.23e-5, 2e-10, 1150, 0.0123)] == [
+        "230 million", "1.5 billion", "123,000", "0.0000123", "2 times 10 to the minus 10", "1150", "0.0123"]
+    fig, ax = plt.subplots()
+    ax.plot([1e3, 1e5, 2.3e8], [3.0, 2.0, 1.0], label="lr 3e-3")
+    ax.plot([1e3, 1e5, 2.3e8], [3.5, 2.5, 2.0], label="lr 1e-2")
+    ax.set(xlabel="parameters", ylabel="loss", title="Max -> Min, from the <cls> token")
+    ax.legend()
+    set_alt_text(fig, "The spread is at most 2e-07 (eps 1e-05, 2.30e+08 tokens); lr 3e-3 -> lower")
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    set_alt_text(fig, "x")
+    derived = describe_figure(fig)
+    plt.close(fig)
+    assert text.startswith("The spread is at most 2 times 10 to the minus 7 (eps 0.00001, 230 million tokens); "
+                           "lr 0.003 to lower."), text
+    assert "Max to Min, from the class token token" not in text and "Max to Min, from the class token" in text, text
+    assert "lr 0.01 ends highest" in " ".join((text, derived)) or "lr 0.01" in derived, derived
+    assert "parameters from 1000 to 230 million" in derived, derived
+    for said in (text, derived):
+        assert not alt_text_problems(said), (alt_text_problems(said), said)
+    for raw in ("spread 1e-05", "2.3e8 parameters", "Max -> Min", "the <cls> row"):
+        assert alt_text_problems(raw), raw
+    assert not alt_text_problems("step 1e3x and model v1e5, 3 - 1 > 0")  # not numbers, not an arrow
+
+
+def test_each_panel_is_named_once():
+    """A panel's colour scale or ranges follow in its own sentence ("Panel 1, ...; colour scale
+    ..."), not in a second "Panel 1: ..." that sounds like another panel."""
+    fig, axes = plt.subplots(1, 2)
+    for ax, title in zip(axes, ("attention weights P", "score gradient dL/dS")):
+        fig.colorbar(ax.imshow(np.tril(np.arange(1.0, 17.0).reshape(4, 4))), ax=ax)
+        ax.set(title=title, xlabel="key", ylabel="query")
+    set_alt_text(fig, "Both the weights P and the score gradient dL/dS are exactly zero above the diagonal, so no "
+                      "query sends gradient to a future key")  # (panel 2 does not fit after panel 1's scale)
+    fig.canvas.draw()
+    text = describe_figure(fig)
+    plt.close(fig)
+    assert "Panel 1, attention weights P: heatmap, query (rows) by key (columns); colour scale" in text, text
+    for panel in ("Panel 1", "Panel 2"):
+        assert text.count(panel) <= 1, text
+    assert len(text) <= 250 and not alt_text_problems(text), text
