@@ -26,8 +26,8 @@ import sys
 import zlib
 from typing import Any, Optional
 
+from .alt_findings import ARROW, E_NUMBER, TOKEN_NAME, panel_finding, plotted_lines, speakable
 from .alt_findings import num as _num  # 3 significant digits, the findings' format
-from .alt_findings import panel_finding, plotted_lines, spoken_number
 
 KEYWORD = "Description"
 MAX_PANELS = 6  # panels described one by one; the rest are counted
@@ -46,30 +46,6 @@ def set_alt_text(fig, text: str):
         raise ValueError(f"text must be a non-empty string describing the figure, got {text!r}")
     fig._fl_alt_text = speakable(" ".join(text.split()))
     return fig
-
-
-# a number in e-notation ("1e-05", "2.3e+08"), which a screen reader spells out letter by letter
-_E_NUMBER = re.compile(r"(?<!\w)(?<!\d\.)(\d+(?:\.\d+)?)[eE]([+\-\u2212]?\d+)(?!\w|\.\d)")
-# a special token's name ("<cls>"), read as "less than c l s greater than"; said as words
-_TOKEN = re.compile(r"<([a-z]+)>")
-_TOKEN_WORDS = {"cls": "class", "pad": "padding", "unk": "unknown", "sep": "separator", "bos": "beginning",
-                "eos": "end"}
-_ARROW = re.compile(r"\s*-+>\s*")  # "a -> b", read as "dash greater than"
-
-
-def speakable(text: str) -> str:
-    """``text`` as a screen reader says it well: numbers in e-notation written out with as many
-    significant digits as they had ("1e-05" as "0.00001", "2.3e+08" as "230 million":
-    :func:`~fundamentallm.alt_findings.spoken_number`), "->" as "to", a special token's name as
-    words ("<cls>" as "class token")."""
-    def number(m):
-        digits = len(m.group(1).replace(".", "").lstrip("0")) or 1
-        return spoken_number(float(m.group(1) + "e" + m.group(2).replace("\u2212", "-")), digits)
-
-    text = _E_NUMBER.sub(number, text)
-    text = _ARROW.sub(" to ", text)
-    # ("the <cls> token" as "the class token", not "class token token")
-    return re.sub(_TOKEN.pattern + r"(?: token\b)?", lambda m: _TOKEN_WORDS.get(m.group(1), m.group(1)) + " token", text)
 
 
 def _range(ax, which: str) -> tuple[float, float]:
@@ -353,7 +329,7 @@ def alt_text_problems(alt: str, limit: int = MAX_ALT + 10) -> list[str]:
     (read out character by character), a word or two repeated back to back ("rows (rows)",
     "(log scale) (log scale)"), or more than ``limit`` characters. [] when nothing is."""
     problems = []
-    for pattern, what in ((_E_NUMBER, "e-notation"), (_ARROW, "arrow"), (_TOKEN, "token name")):
+    for pattern, what in ((E_NUMBER, "e-notation"), (ARROW, "arrow"), (TOKEN_NAME, "token name")):
         if pattern.search(alt):
             problems.append(f"{what} {pattern.search(alt).group(0).strip()!r}")
     if _RAW_TEX.search(alt):

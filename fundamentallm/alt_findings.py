@@ -230,3 +230,27 @@ def panel_finding(ax, xlabel: str, ylabel: str, xcats: list[str], ycats: list[st
     except (TypeError, ValueError, IndexError):  # data a plot holds in a form not read here
         return ""
     return ""
+
+
+# a number in e-notation ("1e-05", "2.3e+08"), which a screen reader spells out letter by letter
+E_NUMBER = re.compile(r"(?<!\w)(?<!\d\.)(\d+(?:\.\d+)?)[eE]([+\-\u2212]?\d+)(?!\w|\.\d)")
+# a special token's name ("<cls>"), read as "less than c l s greater than"; said as words
+TOKEN_NAME = re.compile(r"<([a-z]+)>")
+TOKEN_WORDS = {"cls": "class", "pad": "padding", "unk": "unknown", "sep": "separator", "bos": "beginning",
+                "eos": "end"}
+ARROW = re.compile(r"\s*-+>\s*")  # "a -> b", read as "dash greater than"
+
+
+def speakable(text: str) -> str:
+    """``text`` as a screen reader says it well: numbers in e-notation written out with as many
+    significant digits as they had ("1e-05" as "0.00001", "2.3e+08" as "230 million":
+    :func:`~fundamentallm.alt_findings.spoken_number`), "->" as "to", a special token's name as
+    words ("<cls>" as "class token")."""
+    def number(m):
+        digits = len(m.group(1).replace(".", "").lstrip("0")) or 1
+        return spoken_number(float(m.group(1) + "e" + m.group(2).replace("\u2212", "-")), digits)
+
+    text = E_NUMBER.sub(number, text)
+    text = ARROW.sub(" to ", text)
+    # ("the <cls> token" as "the class token", not "class token token")
+    return re.sub(TOKEN_NAME.pattern + r"(?: token\b)?", lambda m: TOKEN_WORDS.get(m.group(1), m.group(1)) + " token", text)
